@@ -1,0 +1,73 @@
+# ICLR 2025, Reproduced -- the two commands a reader needs are `make book` and `make test`.
+# Both create .venv (Python 3.11) on first use and install the pinned requirements into it.
+
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+BUILD  := _build
+JOBS   ?= 2
+# pip prints one warning per package for this machine's local index folders; keep the log readable.
+PIPFILTER := 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+
+.PHONY: help book test structure structure-locked clean venv check-python
+
+help:
+	@echo "make book   build the website into $(BUILD)/html, executing every chapter"
+	@echo "make test   unit tests + every chapter notebook under nbval + a structure-only book build"
+	@echo "make clean  remove $(BUILD) (keeps .venv)"
+
+check-python:
+	@command -v $(PYTHON) >/dev/null 2>&1 || { \
+	  echo "error: Python 3.11 is required but '$(PYTHON)' was not found on PATH."; \
+	  echo "       Install Python 3.11, or point make at it: make PYTHON=/path/to/python3.11 ..."; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)' || { \
+	  echo "error: '$(PYTHON)' is Python $$($(PYTHON) -c 'import platform; print(platform.python_version())'), but the book needs Python 3.11."; \
+	  echo "       Point make at a Python 3.11 interpreter: make PYTHON=/path/to/python3.11 ..."; exit 1; }
+
+$(STAMP): requirements.txt pyproject.toml
+	@$(MAKE) --no-print-directory check-python
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "installing the pinned requirements into $(VENV) (a few minutes on first use)"
+	$(PY) -m pip install --quiet -r requirements.txt $(PIPFILTER)
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e . $(PIPFILTER)
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+# The website. The execution cache is keyed on the companion library's source as well as on the
+# notebooks' code cells, so a library change re-executes every chapter instead of serving stale output.
+book: $(STAMP)
+	@$(PY) -m companion_lib.common.buildtools invalidate-cache --cache $(BUILD)/.jupyter_cache
+	$(VENV)/bin/jupyter-book build . --path-output . --warningiserror --keep-going
+	@echo "website: $(BUILD)/html/index.html"
+
+# Everything CI checks. Notebooks run in place from their .md sources on $(JOBS) workers, each in a
+# fresh kernel of this environment; the disk cache they share is emptied first so nothing is stale.
+test: $(STAMP)
+	@rm -rf $(BUILD)/test-cache $(BUILD)/claims
+	@mkdir -p $(BUILD)
+	BOOK_CACHE_DIR=$(BUILD)/test-cache BOOK_CLAIMS_DIR=$(BUILD)/claims \
+	  $(PY) -m pytest -n $(JOBS) --dist loadscope --nbval-lax --nbval-current-env \
+	  --nbval-cell-timeout=900 --runtime-report=$(BUILD)/runtime.json tests chapters
+	@$(MAKE) --no-print-directory structure
+
+# A structure-only build of the book: every page, cross-reference and citation must resolve,
+# warnings are errors, nothing is executed.
+structure: $(STAMP)
+	@mkdir -p $(BUILD)
+	@flock $(BUILD)/.structure.lock $(MAKE) --no-print-directory structure-locked
+
+# (serialised with flock: the generated conf.py must sit in the book root while Sphinx runs)
+structure-locked:
+	@rm -rf $(BUILD)/structure conf.py
+	@$(VENV)/bin/jupyter-book config sphinx . >/dev/null
+	$(VENV)/bin/sphinx-build -b html -W --keep-going -q -D nb_execution_mode=off . $(BUILD)/structure; \
+	  status=$$?; rm -f conf.py; exit $$status
+	@echo "structure build: OK"
+
+clean:
+	rm -rf $(BUILD) conf.py

@@ -1,0 +1,23 @@
+"""What every chapter shares: seeding, thread limits, the plotting style, claims tables, a disk cache
+and a timer.
+
+A notebook's first lines after the setup cell are typically::
+
+    from companion_lib.common import limit_threads, seed_everything, use_book_style
+    limit_threads()          # one BLAS/torch thread: small solves run 10-20x faster on 2 cores
+    use_book_style()
+"""
+
+from .cache import cache_dir, disk_cache, library_fingerprint
+from .claims import NOT_REPRODUCED, Claim, ClaimsFailed, ClaimTable
+from .paths import build_dir, claims_dir, project_root
+from .seeding import seed_everything
+from .style import BOOK_COLORS, use_book_style
+from .threads import default_threads, limit_threads
+from .timing import Timing, timer
+
+__all__ = [
+    "BOOK_COLORS", "Claim", "ClaimTable", "ClaimsFailed", "NOT_REPRODUCED", "Timing",
+    "build_dir", "cache_dir", "claims_dir", "default_threads", "disk_cache", "library_fingerprint",
+    "limit_threads", "project_root", "seed_everything", "timer", "use_book_style",
+]

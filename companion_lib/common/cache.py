@@ -1,0 +1,57 @@
+"""A disk cache for expensive steps, shared by the notebooks of a chapter.
+
+The cache lives in ``$BOOK_CACHE_DIR`` (``make test`` points it at a fresh folder each run), else in
+``<root>/_build/cache`` in a source checkout, else in a per-user folder. Its location includes a
+fingerprint of the companion library's source, so a change anywhere in the library can never serve a
+result computed by older code. joblib writes each result atomically, so two notebooks running at once
+may both compute a missing entry but never read a half-written one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import joblib
+
+from .paths import build_dir
+
+__all__ = ["cache_dir", "disk_cache", "library_fingerprint"]
+
+_PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+_NAMESPACE = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+@lru_cache(maxsize=1)
+def library_fingerprint() -> str:
+    """A short SHA-256 of every ``.py`` file of :mod:`companion_lib` (paths and contents)."""
+    digest = hashlib.sha256()
+    for path in sorted(_PACKAGE_ROOT.rglob("*.py")):
+        digest.update(path.relative_to(_PACKAGE_ROOT).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def cache_dir() -> Path:
+    """The cache's root folder: ``$BOOK_CACHE_DIR`` or ``<build>/cache``."""
+    env = os.environ.get("BOOK_CACHE_DIR")
+    return Path(env) if env else build_dir() / "cache"
+
+
+def disk_cache(namespace: str, verbose: int = 0) -> joblib.Memory:
+    """A :class:`joblib.Memory` for one chapter: ``disk_cache("self_distillation").cache(fn)``.
+
+    Parameters
+    ----------
+    namespace:
+        A folder name (letters, digits, ``_``, ``-``, ``.``), usually the chapter's module name.
+    verbose:
+        joblib's verbosity (0 is silent).
+    """
+    if not isinstance(namespace, str) or not _NAMESPACE.match(namespace):
+        raise ValueError(f"namespace must be a non-empty folder name of [A-Za-z0-9_.-], got {namespace!r}")
+    location = cache_dir() / namespace / library_fingerprint()
+    return joblib.Memory(location=str(location), verbose=verbose)

@@ -1,0 +1,189 @@
+"""Run the chapters' MyST Markdown notebooks under nbval, in place, and report their cost.
+
+* Collection: every ``chapters/**/*.md`` whose front matter makes it a MyST notebook is read with
+  myst-nb's own reader (the one the book build uses) and handed to nbval's collector, so the tests
+  execute exactly what the website executes, with nothing written to disk. Paired ``.ipynb`` copies
+  under ``chapters/`` are not collected a second time.
+* Run-time report (``--runtime-report PATH``): wall seconds and the kernel's peak resident memory
+  (VmHWM) for every notebook and chapter, written as JSON and printed as a table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from collections import defaultdict
+from pathlib import Path
+from types import SimpleNamespace
+from unittest import mock
+
+import nbformat
+import pytest
+from myst_nb.core.read import is_myst_markdown_notebook, read_myst_markdown_notebook
+from nbval import plugin as nbval_plugin
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = ROOT / "chapters"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--runtime-report", default=None, metavar="PATH",
+                     help="write per-notebook wall time and peak memory as JSON to PATH")
+
+
+def _in_chapters(path: Path) -> bool:
+    try:
+        path.resolve().relative_to(CHAPTERS)
+    except ValueError:
+        return False
+    return True
+
+
+def is_chapter_notebook(path: Path) -> bool:
+    """True for a ``.md`` file under ``chapters/`` that the book executes as a notebook."""
+    return path.suffix == ".md" and _in_chapters(path) and is_myst_markdown_notebook(
+        path.read_text(encoding="utf-8"))
+
+
+def read_notebook(path: Path) -> nbformat.NotebookNode:
+    """Read a MyST Markdown notebook as the book build does."""
+    return read_myst_markdown_notebook(path.read_text(encoding="utf-8"), path=str(path))
+
+
+class MystNotebook(nbval_plugin.IPyNbFile):
+    """nbval's notebook collector, fed from a MyST Markdown source instead of an ``.ipynb``."""
+
+    def collect(self):
+        nb = read_notebook(Path(self.path))
+        # nbval's collector reads the file with nbformat.read: hand it the parsed notebook instead.
+        shim = SimpleNamespace(read=lambda *args, **kwargs: nb, from_dict=nbformat.from_dict)
+        with mock.patch.object(nbval_plugin, "nbformat", shim):
+            items = list(super().collect())
+        yield from items
+
+
+def pytest_ignore_collect(collection_path, config):
+    # Paired .ipynb notebooks (for Colab) mirror the .md sources: run each notebook once.
+    if collection_path.suffix == ".ipynb" and _in_chapters(collection_path):
+        return True
+    return None
+
+
+def pytest_collect_file(file_path, parent):
+    opt = parent.config.option
+    if (opt.nbval or opt.nbval_lax) and is_chapter_notebook(file_path):
+        return MystNotebook.from_parent(parent, path=file_path)
+    return None
+
+
+# -- run-time report -------------------------------------------------------------------------------
+
+def _kernel_peak_rss_bytes(item) -> int | None:
+    kernel = getattr(item.parent, "kernel", None)
+    km = getattr(kernel, "km", None)
+    pid = None
+    provisioner = getattr(km, "provisioner", None)
+    process = getattr(provisioner, "process", None)
+    if process is not None:
+        pid = getattr(process, "pid", None)
+    if pid is None:
+        return None
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    if isinstance(item, nbval_plugin.IPyNbCell) and call.when == "call":
+        peak = _kernel_peak_rss_bytes(item)
+        if peak is not None:
+            outcome.get_result().user_properties.append(("kernel_peak_rss", peak))
+
+
+class RuntimeReport:
+    def __init__(self, path: Path):
+        self.path = path
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.peak: dict[str, int] = defaultdict(int)
+        self.failed: set[str] = set()
+        self.started = time.time()
+
+    def pytest_runtest_logreport(self, report):
+        nodeid = report.nodeid
+        file = nodeid.split("::", 1)[0]
+        if not file.startswith("chapters/"):
+            return
+        self.seconds[file] += report.duration
+        for key, value in report.user_properties:
+            if key == "kernel_peak_rss":
+                self.peak[file] = max(self.peak[file], int(value))
+        if report.failed:
+            self.failed.add(file)
+
+    def as_dict(self) -> dict:
+        notebooks = {
+            f: {"seconds": round(s, 2), "peak_mib": round(self.peak.get(f, 0) / 2**20, 1),
+                "passed": f not in self.failed}
+            for f, s in sorted(self.seconds.items())
+        }
+        chapters: dict[str, dict] = {}
+        for f, rec in notebooks.items():
+            ch = f.split("/")[1]
+            agg = chapters.setdefault(ch, {"seconds": 0.0, "peak_mib": 0.0, "notebooks": 0, "passed": True})
+            agg["seconds"] = round(agg["seconds"] + rec["seconds"], 2)
+            agg["peak_mib"] = max(agg["peak_mib"], rec["peak_mib"])
+            agg["notebooks"] += 1
+            agg["passed"] = agg["passed"] and rec["passed"]
+        machine = {
+            "platform": platform.platform(),
+            "processor": _cpu_model(),
+            "cpu_count": os.cpu_count(),
+            "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+            "python": platform.python_version(),
+        }
+        return {"generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "machine": machine, "notebooks": notebooks, "chapters": chapters}
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if not self.seconds:
+            return
+        data = self.as_dict()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+        tr = terminalreporter
+        tr.section("notebook run times")
+        tr.write_line(f"{'notebook':58s} {'seconds':>8s} {'peak MiB':>9s}")
+        for f, rec in data["notebooks"].items():
+            flag = "" if rec["passed"] else "  FAILED"
+            tr.write_line(f"{f:58s} {rec['seconds']:8.1f} {rec['peak_mib']:9.0f}{flag}")
+        tr.write_line("")
+        tr.write_line(f"{'chapter':58s} {'seconds':>8s} {'peak MiB':>9s}")
+        for ch, rec in data["chapters"].items():
+            tr.write_line(f"{ch:58s} {rec['seconds']:8.1f} {rec['peak_mib']:9.0f}")
+        tr.write_line(f"report written to {self.path}")
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def pytest_configure(config):
+    path = config.getoption("--runtime-report")
+    # Only the controlling process writes the report (xdist workers have a workerinput attribute).
+    if path and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(RuntimeReport(Path(path)), "runtime-report")

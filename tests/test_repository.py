@@ -1,0 +1,77 @@
+"""Repository-level checks: pinned requirements vs environment.yml, notebooks vs _toc.yml."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+from tests.notebook_plugin import is_chapter_notebook
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _pins(lines):
+    pins = {}
+    for line in lines:
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        m = re.fullmatch(r"([A-Za-z0-9_.\-\[\]]+)==([^\s;]+)", line)
+        assert m, f"not an exact pin: {line!r}"
+        pins[m.group(1).lower().replace("_", "-")] = m.group(2)
+    return pins
+
+
+def test_environment_yml_matches_requirements():
+    req = _pins((ROOT / "requirements.txt").read_text().splitlines())
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    deps = env["dependencies"]
+    assert "python=3.11" in deps
+    pip_section = next(d["pip"] for d in deps if isinstance(d, dict) and "pip" in d)
+    assert _pins(pip_section) == req
+
+
+def test_torch_is_pinned_exactly():
+    req = _pins((ROOT / "requirements.txt").read_text().splitlines())
+    assert req["torch"] == "2.13.0"
+    assert req["jupyter-book"].startswith("1.")
+
+
+def _toc_files(node):
+    if isinstance(node, dict):
+        if "file" in node:
+            yield node["file"]
+        for value in node.values():
+            yield from _toc_files(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _toc_files(value)
+
+
+def test_every_notebook_is_in_the_toc_and_vice_versa():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    listed = {f for f in _toc_files(toc) if f.startswith("chapters/")}
+    on_disk = {p.relative_to(ROOT).with_suffix("").as_posix()
+               for p in (ROOT / "chapters").rglob("*.md") if ".ipynb_checkpoints" not in p.parts}
+    assert listed == on_disk, (f"in _toc.yml but missing: {sorted(listed - on_disk)}; "
+                               f"on disk but not in _toc.yml: {sorted(on_disk - listed)}")
+    for f in listed:
+        path = ROOT / f"{f}.md"
+        if path.name != "index.md":
+            assert is_chapter_notebook(path), f"{f}.md is listed as a notebook but has no jupytext MyST header"
+
+
+def test_every_toc_file_exists():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"], *_toc_files(toc)]
+    missing = [f for f in files if not (ROOT / f"{f}.md").exists()]
+    assert not missing, missing
+
+
+def test_six_parts_in_order():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    captions = [p["caption"] for p in toc["parts"]]
+    numbered = [c for c in captions if re.match(r"^[IVX]+\. ", c)]
+    assert [c.split(".")[0] for c in numbered] == ["I", "II", "III", "IV", "V", "VI"]
