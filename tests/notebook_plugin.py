@@ -80,7 +80,7 @@ def pytest_collect_file(file_path, parent):
 
 # -- run-time report -------------------------------------------------------------------------------
 
-def _kernel_peak_rss_bytes(item) -> int | None:
+def _kernel_pid(item) -> int | None:
     kernel = getattr(item.parent, "kernel", None)
     km = getattr(kernel, "km", None)
     pid = None
@@ -88,8 +88,10 @@ def _kernel_peak_rss_bytes(item) -> int | None:
     process = getattr(provisioner, "process", None)
     if process is not None:
         pid = getattr(process, "pid", None)
-    if pid is None:
-        return None
+    return pid
+
+
+def _kernel_peak_rss_bytes(pid: int) -> int | None:
     try:
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
@@ -100,13 +102,29 @@ def _kernel_peak_rss_bytes(item) -> int | None:
     return None
 
 
+def _kernel_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of the kernel process so far (its own threads included)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
     if isinstance(item, nbval_plugin.IPyNbCell) and call.when == "call":
-        peak = _kernel_peak_rss_bytes(item)
+        pid = _kernel_pid(item)
+        if pid is None:
+            return
+        props = outcome.get_result().user_properties
+        peak = _kernel_peak_rss_bytes(pid)
         if peak is not None:
-            outcome.get_result().user_properties.append(("kernel_peak_rss", peak))
+            props.append(("kernel_peak_rss", peak))
+        cpu = _kernel_cpu_seconds(pid)
+        if cpu is not None:
+            props.append(("kernel_cpu_seconds", cpu))
 
 
 class RuntimeReport:
@@ -114,6 +132,7 @@ class RuntimeReport:
         self.path = path
         self.seconds: dict[str, float] = defaultdict(float)
         self.peak: dict[str, int] = defaultdict(int)
+        self.cpu: dict[str, float] = defaultdict(float)
         self.failed: set[str] = set()
         self.started = time.time()
 
@@ -126,20 +145,24 @@ class RuntimeReport:
         for key, value in report.user_properties:
             if key == "kernel_peak_rss":
                 self.peak[file] = max(self.peak[file], int(value))
+            elif key == "kernel_cpu_seconds":  # cumulative: keep the latest (largest) reading
+                self.cpu[file] = max(self.cpu[file], float(value))
         if report.failed:
             self.failed.add(file)
 
     def as_dict(self) -> dict:
         notebooks = {
-            f: {"seconds": round(s, 2), "peak_mib": round(self.peak.get(f, 0) / 2**20, 1),
-                "passed": f not in self.failed}
+            f: {"seconds": round(s, 2), "cpu_seconds": round(self.cpu.get(f, 0.0), 2),
+                "peak_mib": round(self.peak.get(f, 0) / 2**20, 1), "passed": f not in self.failed}
             for f, s in sorted(self.seconds.items())
         }
         chapters: dict[str, dict] = {}
         for f, rec in notebooks.items():
             ch = f.split("/")[1]
-            agg = chapters.setdefault(ch, {"seconds": 0.0, "peak_mib": 0.0, "notebooks": 0, "passed": True})
+            agg = chapters.setdefault(ch, {"seconds": 0.0, "cpu_seconds": 0.0, "peak_mib": 0.0,
+                                           "notebooks": 0, "passed": True})
             agg["seconds"] = round(agg["seconds"] + rec["seconds"], 2)
+            agg["cpu_seconds"] = round(agg["cpu_seconds"] + rec["cpu_seconds"], 2)
             agg["peak_mib"] = max(agg["peak_mib"], rec["peak_mib"])
             agg["notebooks"] += 1
             agg["passed"] = agg["passed"] and rec["passed"]
@@ -161,14 +184,15 @@ class RuntimeReport:
         self.path.write_text(json.dumps(data, indent=2), encoding="utf-8")
         tr = terminalreporter
         tr.section("notebook run times")
-        tr.write_line(f"{'notebook':58s} {'seconds':>8s} {'peak MiB':>9s}")
+        header = f"{'seconds':>8s} {'cpu s':>7s} {'peak MiB':>9s}"
+        tr.write_line(f"{'notebook':58s} {header}")
         for f, rec in data["notebooks"].items():
             flag = "" if rec["passed"] else "  FAILED"
-            tr.write_line(f"{f:58s} {rec['seconds']:8.1f} {rec['peak_mib']:9.0f}{flag}")
+            tr.write_line(f"{f:58s} {rec['seconds']:8.1f} {rec['cpu_seconds']:7.1f} {rec['peak_mib']:9.0f}{flag}")
         tr.write_line("")
-        tr.write_line(f"{'chapter':58s} {'seconds':>8s} {'peak MiB':>9s}")
+        tr.write_line(f"{'chapter':58s} {header}")
         for ch, rec in data["chapters"].items():
-            tr.write_line(f"{ch:58s} {rec['seconds']:8.1f} {rec['peak_mib']:9.0f}")
+            tr.write_line(f"{ch:58s} {rec['seconds']:8.1f} {rec['cpu_seconds']:7.1f} {rec['peak_mib']:9.0f}")
         tr.write_line(f"report written to {self.path}")
 
 
