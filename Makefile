@@ -13,11 +13,12 @@ PIPFILTER := 2>&1 | { grep -v "is ignored: it is neither a file nor a directory"
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: help book test structure structure-locked clean venv check-python
+.PHONY: help book test structure structure-locked notebooks clean venv check-python
 
 help:
 	@echo "make book   build the website into $(BUILD)/html, executing every chapter"
 	@echo "make test   unit tests + every chapter notebook under nbval + a structure-only book build"
+	@echo "make notebooks  refresh the Colab .ipynb copies of the chapter notebooks"
 	@echo "make clean  remove $(BUILD) (keeps .venv)"
 
 check-python:
@@ -48,12 +49,11 @@ book: $(STAMP)
 # Everything CI checks. Notebooks run in place from their .md sources on $(JOBS) workers, each in a
 # fresh kernel of this environment; the disk cache they share is emptied first so nothing is stale.
 test: $(STAMP)
-	@rm -rf $(BUILD)/test-cache $(BUILD)/claims
-	@mkdir -p $(BUILD)
-	BOOK_CACHE_DIR=$(BUILD)/test-cache BOOK_CLAIMS_DIR=$(BUILD)/claims \
+	@rm -rf $(BUILD)/test-cache $(BUILD)/test-claims
+	@$(MAKE) --no-print-directory structure
+	BOOK_CACHE_DIR=$(BUILD)/test-cache BOOK_CLAIMS_DIR=$(BUILD)/test-claims BOOK_REQUIRE_STRUCTURE=1 \
 	  $(PY) -m pytest -n $(JOBS) --dist loadscope --nbval-lax --nbval-current-env \
 	  --nbval-cell-timeout=900 --runtime-report=$(BUILD)/runtime.json tests chapters
-	@$(MAKE) --no-print-directory structure
 
 # A structure-only build of the book: every page, cross-reference and citation must resolve,
 # warnings are errors, nothing is executed.
@@ -68,6 +68,11 @@ structure-locked:
 	$(VENV)/bin/sphinx-build -b html -W --keep-going -q -D nb_execution_mode=off . $(BUILD)/structure; \
 	  status=$$?; rm -f conf.py; exit $$status
 	@echo "structure build: OK"
+
+# The Colab copies: one .ipynb (no outputs) beside every chapter notebook, plus the one setup cell
+# (repository URL from _config.yml, version from pyproject.toml) at the top of every notebook.
+notebooks: $(STAMP)
+	$(PY) -m companion_lib.common.buildtools sync-notebooks
 
 clean:
 	rm -rf $(BUILD) conf.py

@@ -1,24 +1,35 @@
-"""Build helpers used by the Makefile (not needed by readers).
+"""Build helpers used by the Makefile and the tests (readers never need them).
 
-``python -m companion_lib.common.buildtools invalidate-cache --cache _build/.jupyter_cache``
-empties Jupyter Book's execution cache when the companion library's source changed since the cache
-was filled. jupyter-cache keys notebooks on their code cells only, so without this a library change
-would be served from stale outputs.
+* ``invalidate-cache``: empty Jupyter Book's execution cache when the companion library changed.
+  jupyter-cache keys notebooks on their code cells only, so without this a library change would be
+  served from stale outputs.
+* ``sync-notebooks``: write the Colab copy (``.ipynb``, no outputs, deterministic cell ids) of every
+  chapter notebook next to its MyST source, after putting the one Colab setup cell (built from
+  ``_config.yml``'s repository URL and the package version) at the top of every notebook.
+  ``--check`` only reports what is out of date.
+
+Run as ``python -m companion_lib.common.buildtools <command>`` from the repository root.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import re
 import shutil
+import sys
 from pathlib import Path
 
 from .cache import library_fingerprint
 
-__all__ = ["invalidate_cache"]
+__all__ = ["invalidate_cache", "chapter_notebooks", "colab_setup_source", "paired_notebook",
+           "sync_notebooks"]
 
 _STAMP = "companion_lib.fingerprint"
+SETUP_MARKER = 'if "google.colab" in sys.modules:'
 
 
+# -- execution cache ---------------------------------------------------------------------------------
 def invalidate_cache(cache: Path) -> bool:
     """Remove ``cache`` if it was filled under another library fingerprint; return True if removed.
 
@@ -36,17 +47,124 @@ def invalidate_cache(cache: Path) -> bool:
     return removed
 
 
+# -- notebooks ---------------------------------------------------------------------------------------
+def _is_myst_notebook(text: str) -> bool:
+    head = text.split("\n---", 1)[0] if text.startswith("---") else ""
+    return bool(re.search(r"format_name:\s*myst", head))
+
+
+def chapter_notebooks(root: Path) -> list[Path]:
+    """Every MyST notebook under ``<root>/chapters`` (plain pages such as ``index.md`` excluded)."""
+    root = Path(root)
+    return sorted(p for p in (root / "chapters").rglob("*.md")
+                  if ".ipynb_checkpoints" not in p.parts and _is_myst_notebook(p.read_text(encoding="utf-8")))
+
+
+def colab_setup_source(root: Path) -> str:
+    """The source of the Colab setup cell, from ``_config.yml`` (repository) and ``pyproject.toml`` (version)."""
+    import tomllib
+
+    import yaml
+
+    root = Path(root)
+    config = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
+    url = config["repository"]["url"].rstrip("/")
+    project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    return ("# Colab setup: inside Google Colab, install this book's companion library; elsewhere, do nothing.\n"
+            "import sys\n\n"
+            f"{SETUP_MARKER}\n"
+            f'    %pip install --quiet "{project["name"]} @ git+{url}@v{project["version"]}"')
+
+
+def _fix_setup_cell(md: Path, expected: str) -> bool:
+    """Replace the body of the first code cell of ``md`` by ``expected`` if it is a Colab cell that differs."""
+    text = md.read_text(encoding="utf-8")
+    match = re.search(r"```\{code-cell\}[^\n]*\n(?::tags:[^\n]*\n\n)?(.*?)```", text, re.S)
+    if not match or "google.colab" not in match.group(1) or match.group(1).strip() == expected.strip():
+        return False
+    md.write_text(text[:match.start(1)] + expected + "\n" + text[match.end(1):], encoding="utf-8")
+    return True
+
+
+def paired_notebook(md: Path):
+    """The Colab copy of a MyST notebook: same cells and metadata, no outputs, ids from cell contents."""
+    import jupytext
+
+    nb = jupytext.read(md)
+    seen: dict[str, int] = {}
+    for cell in nb.cells:
+        digest = hashlib.sha1((cell.cell_type + "\0" + cell.source).encode()).hexdigest()[:10]
+        seen[digest] = seen.get(digest, 0) + 1
+        cell["id"] = digest if seen[digest] == 1 else f"{digest}-{seen[digest]}"
+        if cell.cell_type == "code":
+            cell["outputs"] = []
+            cell["execution_count"] = None
+    nb.metadata.pop("jupytext", None)
+    nb.metadata["colab"] = {"provenance": []}
+    nb.nbformat, nb.nbformat_minor = 4, 5
+    return nb
+
+
+def _ipynb_text(nb) -> str:
+    import nbformat
+
+    return nbformat.writes(nb) + "\n"
+
+
+def sync_notebooks(root: Path, check: bool = False) -> list[Path]:
+    """Bring every chapter notebook's setup cell and ``.ipynb`` copy up to date.
+
+    Returns the files that were (or, with ``check=True``, would be) rewritten.
+    """
+    root = Path(root)
+    expected = colab_setup_source(root)
+    stale: list[Path] = []
+    for md in chapter_notebooks(root):
+        if check:
+            nb = paired_notebook(md)
+            first = next((c for c in nb.cells if c.cell_type == "code"), None)
+            if first is None or first.source.strip() != expected.strip():
+                stale.append(md)
+        elif _fix_setup_cell(md, expected):
+            stale.append(md)
+        target = md.with_suffix(".ipynb")
+        text = _ipynb_text(paired_notebook(md))
+        if not target.exists() or target.read_text(encoding="utf-8") != text:
+            stale.append(target)
+            if not check:
+                target.write_text(text, encoding="utf-8")
+    # a .ipynb whose .md source is gone is stale too
+    for ipynb in sorted((root / "chapters").rglob("*.ipynb")):
+        if ".ipynb_checkpoints" not in ipynb.parts and not ipynb.with_suffix(".md").exists():
+            stale.append(ipynb)
+            if not check:
+                ipynb.unlink()
+    return stale
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m companion_lib.common.buildtools")
     sub = parser.add_subparsers(dest="command", required=True)
     inv = sub.add_parser("invalidate-cache", help="empty the execution cache after a library change")
     inv.add_argument("--cache", type=Path, required=True)
+    syn = sub.add_parser("sync-notebooks", help="update setup cells and the Colab .ipynb copies")
+    syn.add_argument("--root", type=Path, default=Path("."))
+    syn.add_argument("--check", action="store_true", help="only list what is out of date; exit 1 if anything is")
     args = parser.parse_args(argv)
     if args.command == "invalidate-cache":
         if invalidate_cache(args.cache):
             print(f"companion_lib changed: emptied the execution cache {args.cache}")
-    return 0
+        return 0
+    if args.command == "sync-notebooks":
+        changed = sync_notebooks(args.root, check=args.check)
+        verb = "out of date" if args.check else "updated"
+        for path in changed:
+            print(f"{verb}: {path}")
+        if not changed:
+            print("notebooks: all in sync")
+        return 1 if (args.check and changed) else 0
+    return 2  # pragma: no cover
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())
