@@ -13,12 +13,14 @@ PIPFILTER := 2>&1 | { grep -v "is ignored: it is neither a file nor a directory"
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: help book test structure structure-locked notebooks clean venv check-python
+.PHONY: help book book-student assignments test structure structure-locked notebooks clean venv check-python
 
 help:
 	@echo "make book   build the website into $(BUILD)/html, executing every chapter"
 	@echo "make test   unit tests + every chapter notebook under nbval + a structure-only book build"
 	@echo "make notebooks  refresh the Colab .ipynb copies of the chapter notebooks"
+	@echo "make assignments  nbgrader student releases of every chapter's exercises"
+	@echo "make book-student  the website with solutions hidden"
 	@echo "make clean  remove $(BUILD) (keeps .venv)"
 
 check-python:
@@ -73,6 +75,20 @@ structure-locked:
 # (repository URL from _config.yml, version from pyproject.toml) at the top of every notebook.
 notebooks: $(STAMP)
 	$(PY) -m companion_lib.common.buildtools sync-notebooks
+
+# Course assignments: nbgrader releases every chapter's exercises (solutions replaced by stubs,
+# hidden tests removed) under $(BUILD)/assignments/release/<chapter>/.
+assignments: $(STAMP)
+	$(PY) -m companion_lib.common.buildtools assignments --out $(BUILD)/assignments
+	@echo "student notebooks: $(BUILD)/assignments/release/"
+
+# The student edition of the website: solutions hidden, exercises not executed, other chapters
+# served from the main build's execution cache when `make book` ran before.
+book-student: $(STAMP)
+	@$(PY) -m companion_lib.common.buildtools invalidate-cache --cache $(BUILD)/.jupyter_cache
+	$(PY) -m companion_lib.common.buildtools student-source --out $(BUILD)/student-src --cache $(BUILD)/.jupyter_cache
+	$(VENV)/bin/jupyter-book build $(BUILD)/student-src --path-output $(BUILD)/student --warningiserror --keep-going
+	@echo "student edition: $(BUILD)/student/_build/html/index.html"
 
 clean:
 	rm -rf $(BUILD) conf.py

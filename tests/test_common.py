@@ -11,6 +11,7 @@ import pytest
 import torch
 from threadpoolctl import threadpool_info
 
+from companion_lib.common.claims import CLAIMS_MIME
 from companion_lib.common import (
     NOT_REPRODUCED, ClaimsFailed, ClaimTable, disk_cache, library_fingerprint, limit_threads,
     seed_everything, timer, use_book_style,
@@ -86,6 +87,8 @@ def test_claim_table_passes_and_renders(tmp_path):
     t.assert_all()  # the not-reproduced row is not asserted
     assert t.rows[0].book == "3.142" and t.rows[0].passed is True
     assert t.rows[1].passed is None and t.rows[1].status == NOT_REPRODUCED
+    bundle = t._repr_mimebundle_()
+    assert bundle[CLAIMS_MIME] == t.to_dict() and bundle["text/html"] == t._repr_html_()
     html = t._repr_html_()
     assert "<table" in html and "needs a GPU-scale model" in html and "not reproduced" in html
     assert list(t.to_frame().columns) == ["claim", "paper", "book", "criterion", "status", "reason"]

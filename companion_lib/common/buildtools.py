@@ -23,7 +23,8 @@ from pathlib import Path
 from .cache import library_fingerprint
 
 __all__ = ["invalidate_cache", "chapter_notebooks", "colab_setup_source", "paired_notebook",
-           "sync_notebooks"]
+           "sync_notebooks", "strip_solutions", "solution_snippets", "make_assignments", "run_nbgrader",
+           "make_student_source"]
 
 _STAMP = "companion_lib.fingerprint"
 SETUP_MARKER = 'if "google.colab" in sys.modules:'
@@ -142,6 +143,116 @@ def sync_notebooks(root: Path, check: bool = False) -> list[Path]:
     return stale
 
 
+# -- the student edition and course assignments --------------------------------------------------
+_SOLUTION_DIRECTIVE = re.compile(r"^(`{3,}|:{3,})\{solution\}.*?^\1[ \t]*$\n?", re.S | re.M)
+_CODE_SOLUTION = re.compile(r"^([ \t]*)### BEGIN SOLUTION[ \t]*\n.*?^[ \t]*### END SOLUTION[ \t]*$", re.S | re.M)
+_HIDDEN_TESTS = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS[ \t]*\n.*?^[ \t]*### END HIDDEN TESTS[ \t]*\n?", re.S | re.M)
+SOLUTION_PLACEHOLDER = "*The solution is not part of the student edition.*\n"
+
+
+def strip_solutions(text: str, keep_code: bool = False) -> str:
+    """Remove the worked solutions from a MyST exercises notebook (the student edition).
+
+    ``{solution}`` directive blocks become a short placeholder; unless ``keep_code``, the code between
+    ``### BEGIN SOLUTION`` and ``### END SOLUTION`` becomes nbgrader's stub and hidden tests are dropped.
+    """
+    text = _SOLUTION_DIRECTIVE.sub(SOLUTION_PLACEHOLDER, text)
+    if not keep_code:
+        text = _CODE_SOLUTION.sub(lambda m: f"{m.group(1)}# YOUR CODE HERE\n{m.group(1)}raise NotImplementedError()", text)
+        text = _HIDDEN_TESTS.sub("", text)
+    return text
+
+
+def solution_snippets(text: str, min_length: int = 20) -> set[str]:
+    """Distinctive lines of the worked solutions (code regions, hidden tests and ``{solution}`` blocks)
+    that appear nowhere else in ``text``; a release that contains one of them leaks a solution."""
+    regions = [m.group(0) for rx in (_SOLUTION_DIRECTIVE, _CODE_SOLUTION, _HIDDEN_TESTS) for m in rx.finditer(text)]
+    outside = text
+    for region in regions:
+        outside = outside.replace(region, "")
+    snippets = set()
+    for region in regions:
+        for line in region.splitlines():
+            line = line.strip()
+            if len(line) >= min_length and "SOLUTION" not in line and "HIDDEN TESTS" not in line \
+                    and not line.startswith((":label:", ":class:", "```", ":::")) and line not in outside:
+                snippets.add(line)
+    return snippets
+
+
+def make_assignments(root: Path, out: Path) -> list[Path]:
+    """Build an nbgrader course in ``out`` and release every chapter's exercises with nbgrader.
+
+    ``out/source/<chapter>/exercises.ipynb`` is the instructor version (conceptual solutions removed,
+    code solutions kept for nbgrader to strip); ``out/release/<chapter>/exercises.ipynb`` is what
+    students get. Source ``.md`` files never enter the course folder (and ``*.md`` is ignored anyway).
+    Returns the released notebooks.
+    """
+    import jupytext
+
+    root, out = Path(root).resolve(), Path(out).resolve()
+    if out.exists():
+        shutil.rmtree(out)
+    chapters = [md for md in chapter_notebooks(root) if md.name == "exercises.md"]
+    for md in chapters:
+        nb = jupytext.reads(strip_solutions(md.read_text(encoding="utf-8"), keep_code=True), fmt="md:myst")
+        nb.metadata.pop("jupytext", None)
+        target = out / "source" / md.parent.name / "exercises.ipynb"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(_ipynb_text(nb), encoding="utf-8")
+    released = []
+    for md in chapters:
+        assignment = md.parent.name
+        run_nbgrader(out, "generate_assignment", assignment, "--force")
+        released.append(out / "release" / assignment / "exercises.ipynb")
+    return released
+
+
+def run_nbgrader(course: Path, *args: str) -> None:
+    import subprocess
+
+    cmd = [sys.executable, "-m", "nbgrader", *args, f"--CourseDirectory.root={course}",
+           "--CourseDirectory.ignore=['.ipynb_checkpoints', '*.pyc', '__pycache__', 'feedback', '*.md']",
+           f"--CourseDirectory.db_url=sqlite:///{course / 'gradebook.db'}", "--log-level=WARN"]
+    import os
+
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    result = subprocess.run(cmd, cwd=course, capture_output=True, text=True, env=env)  # nbgrader runs `alembic`
+    if result.returncode != 0:
+        raise RuntimeError(f"nbgrader {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+
+
+def make_student_source(root: Path, out: Path, cache: Path | None = None) -> Path:
+    """Write the sources of the student edition of the website into ``out``.
+
+    The book's pages are copied with every exercises notebook's solutions removed (code solutions
+    become stubs, ``{solution}`` blocks disappear); the exercises are not executed; other notebooks
+    reuse the main build's execution cache when it exists. Returns ``out``.
+    """
+    import yaml
+
+    root, out = Path(root).resolve(), Path(out).resolve()
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    for folder in ("book", "chapters"):
+        shutil.copytree(root / folder, out / folder, ignore=shutil.ignore_patterns("*.ipynb", "__pycache__"))
+    for name in ("_toc.yml", "pyproject.toml"):
+        shutil.copy2(root / name, out / name)
+    (out / "companion_lib").symlink_to(root / "companion_lib")  # for the literalinclude directives
+    for md in (out / "chapters").rglob("exercises.md"):
+        md.write_text(strip_solutions(md.read_text(encoding="utf-8")), encoding="utf-8")
+    config = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
+    config["title"] = f"{config['title']} (student edition)"
+    config.setdefault("execute", {})["exclude_patterns"] = ["*exercises*"]
+    if cache is not None:
+        config["execute"]["cache"] = str(Path(cache).resolve())
+    sphinx_config = config.setdefault("sphinx", {}).setdefault("config", {})
+    sphinx_config["hide_solutions"] = True
+    (out / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m companion_lib.common.buildtools")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -150,7 +261,21 @@ def main(argv: list[str] | None = None) -> int:
     syn = sub.add_parser("sync-notebooks", help="update setup cells and the Colab .ipynb copies")
     syn.add_argument("--root", type=Path, default=Path("."))
     syn.add_argument("--check", action="store_true", help="only list what is out of date; exit 1 if anything is")
+    asg = sub.add_parser("assignments", help="release every chapter's exercises with nbgrader")
+    asg.add_argument("--root", type=Path, default=Path("."))
+    asg.add_argument("--out", type=Path, required=True)
+    stu = sub.add_parser("student-source", help="write the sources of the student edition")
+    stu.add_argument("--root", type=Path, default=Path("."))
+    stu.add_argument("--out", type=Path, required=True)
+    stu.add_argument("--cache", type=Path, default=None)
     args = parser.parse_args(argv)
+    if args.command == "assignments":
+        for path in make_assignments(args.root, args.out):
+            print(f"released: {path}")
+        return 0
+    if args.command == "student-source":
+        print(f"student edition sources: {make_student_source(args.root, args.out, args.cache)}")
+        return 0
     if args.command == "invalidate-cache":
         if invalidate_cache(args.cache):
             print(f"companion_lib changed: emptied the execution cache {args.cache}")

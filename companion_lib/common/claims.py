@@ -19,11 +19,14 @@ import numpy as np
 
 from .paths import claims_dir
 
-__all__ = ["Claim", "ClaimTable", "ClaimsFailed", "PASSED", "FAILED", "NOT_REPRODUCED"]
+__all__ = ["Claim", "ClaimTable", "ClaimsFailed", "PASSED", "FAILED", "NOT_REPRODUCED", "CLAIMS_MIME"]
 
 PASSED = "passed"
 FAILED = "failed"
 NOT_REPRODUCED = "not reproduced at this scale"
+#: Mime type under which a displayed table carries its rows, so the book's scoreboard can collect them
+#: from the executed notebooks of the same build.
+CLAIMS_MIME = "application/vnd.iclr2025-reproduced.claims+json"
 _CHAPTER_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
@@ -163,6 +166,9 @@ class ClaimTable:
             body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
         return (f'<table class="claims-table"><thead><tr>{head}</tr></thead>'
                 f"<tbody>{''.join(body)}</tbody></table>")
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        return {"text/html": self._repr_html_(), "text/plain": repr(self), CLAIMS_MIME: self.to_dict()}
 
     def __repr__(self) -> str:
         lines = [f"ClaimTable({self.chapter!r}, {len(self._rows)} claims)"]
