@@ -1,0 +1,92 @@
+"""Small Hugging Face causal-LM configurations and a scalar head for reward models."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PretrainedConfig
+
+__all__ = ["gpt2_config", "llama_config", "tiny_causal_lm", "LastTokenScorer"]
+
+
+def _positive_int(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    return value
+
+
+def gpt2_config(vocab_size: int, n_positions: int = 32, n_embd: int = 32, n_layer: int = 2,
+                n_head: int = 2, dropout: float = 0.0) -> GPT2Config:
+    """A small :class:`~transformers.GPT2Config` (pre-LN, learned positions), no dropout by default.
+
+    ``n_embd`` must be divisible by ``n_head``. Special-token ids are unset, so any vocabulary size works.
+    """
+    for name, value in (("vocab_size", vocab_size), ("n_positions", n_positions), ("n_embd", n_embd),
+                        ("n_layer", n_layer), ("n_head", n_head)):
+        _positive_int(value, name)
+    if n_embd % n_head:
+        raise ValueError(f"n_embd ({n_embd}) must be divisible by n_head ({n_head})")
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+    return GPT2Config(vocab_size=vocab_size, n_positions=n_positions, n_embd=n_embd, n_layer=n_layer,
+                      n_head=n_head, resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout,
+                      bos_token_id=None, eos_token_id=None)
+
+
+def llama_config(vocab_size: int, hidden_size: int = 32, n_layer: int = 2, n_head: int = 2,
+                 intermediate_size: int | None = None, max_position_embeddings: int = 32) -> LlamaConfig:
+    """A small :class:`~transformers.LlamaConfig` (RMSNorm, rotary positions, SwiGLU MLP)."""
+    for name, value in (("vocab_size", vocab_size), ("hidden_size", hidden_size), ("n_layer", n_layer),
+                        ("n_head", n_head), ("max_position_embeddings", max_position_embeddings)):
+        _positive_int(value, name)
+    if hidden_size % n_head:
+        raise ValueError(f"hidden_size ({hidden_size}) must be divisible by n_head ({n_head})")
+    inter = 2 * hidden_size if intermediate_size is None else _positive_int(intermediate_size, "intermediate_size")
+    return LlamaConfig(vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=inter,
+                       num_hidden_layers=n_layer, num_attention_heads=n_head, num_key_value_heads=n_head,
+                       max_position_embeddings=max_position_embeddings, bos_token_id=None,
+                       eos_token_id=None, pad_token_id=None)
+
+
+_MODEL_FOR_CONFIG = {GPT2Config: GPT2LMHeadModel, LlamaConfig: LlamaForCausalLM}
+
+
+def tiny_causal_lm(config: PretrainedConfig, seed: int | None = None) -> nn.Module:
+    """A freshly initialised causal LM for ``config`` (GPT-2 or Llama), seeded if ``seed`` is given."""
+    cls = _MODEL_FOR_CONFIG.get(type(config))
+    if cls is None:
+        raise TypeError(f"config must be a GPT2Config or LlamaConfig, got {type(config).__name__}")
+    if seed is not None:
+        torch.manual_seed(seed)
+    model = cls(config)
+    model.eval()  # no dropout in the tiny configs; eval() also makes the forward deterministic
+    return model
+
+
+class LastTokenScorer(nn.Module):
+    """A scalar score :math:`r(x, y) = w^\\top h_L + b` from the last hidden state of a causal LM.
+
+    The usual reward-model architecture: a transformer trunk (here a copy of ``lm``, so the trunk can be
+    initialised from an SFT model without touching it) and a linear head on the final position.
+    ``forward(input_ids)`` returns a tensor of shape ``(batch,)``.
+    """
+
+    def __init__(self, lm: nn.Module, copy_trunk: bool = True) -> None:
+        super().__init__()
+        if not hasattr(lm, "config") or not callable(lm):
+            raise TypeError("lm must be a Hugging Face causal LM (a module with a .config)")
+        self.lm = copy.deepcopy(lm) if copy_trunk else lm
+        hidden = getattr(self.lm.config, "hidden_size", None) or self.lm.config.n_embd
+        self.head = nn.Linear(hidden, 1)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        if input_ids.ndim != 2:
+            raise ValueError(f"input_ids must have shape (batch, length), got {tuple(input_ids.shape)}")
+        out = self.lm(input_ids=input_ids, output_hidden_states=True)
+        return self.head(out.hidden_states[-1][:, -1]).squeeze(-1)
