@@ -63,11 +63,12 @@ structure: $(STAMP)
 	@mkdir -p $(BUILD)
 	@flock $(BUILD)/.structure.lock $(MAKE) --no-print-directory structure-locked
 
-# (serialised with flock: the generated conf.py must sit in the book root while Sphinx runs)
+# (serialised with flock: the generated conf.py must sit in the book root while Sphinx runs;
+# conf.py does not put local_extensions on the path, so PYTHONPATH does)
 structure-locked:
 	@rm -rf $(BUILD)/structure conf.py
 	@$(VENV)/bin/jupyter-book config sphinx . >/dev/null
-	$(VENV)/bin/sphinx-build -b html -W --keep-going -q -D nb_execution_mode=off . $(BUILD)/structure; \
+	PYTHONPATH=book/_ext $(VENV)/bin/sphinx-build -b html -W --keep-going -q -D nb_execution_mode=off . $(BUILD)/structure; \
 	  status=$$?; rm -f conf.py; exit $$status
 	@echo "structure build: OK"
 
