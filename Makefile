@@ -49,11 +49,12 @@ book: $(STAMP)
 	@echo "website: $(BUILD)/html/index.html"
 
 # Everything CI checks. Notebooks run in place from their .md sources on $(JOBS) workers, each in a
-# fresh kernel of this environment; the disk cache they share is emptied first so nothing is stale.
+# fresh kernel of this environment (its working folder is the notebook's, hence absolute paths); the
+# disk cache they share is emptied first so nothing is stale.
 test: $(STAMP)
 	@rm -rf $(BUILD)/test-cache $(BUILD)/test-claims
 	@$(MAKE) --no-print-directory structure
-	BOOK_CACHE_DIR=$(BUILD)/test-cache BOOK_CLAIMS_DIR=$(BUILD)/test-claims BOOK_REQUIRE_STRUCTURE=1 \
+	BOOK_CACHE_DIR=$(CURDIR)/$(BUILD)/test-cache BOOK_CLAIMS_DIR=$(CURDIR)/$(BUILD)/test-claims BOOK_REQUIRE_STRUCTURE=1 \
 	  $(PY) -m pytest -n $(JOBS) --dist loadscope --nbval-lax --nbval-current-env \
 	  --nbval-cell-timeout=900 --runtime-report=$(BUILD)/runtime.json tests chapters
 
