@@ -13,7 +13,7 @@ PIPFILTER := 2>&1 | { grep -v "is ignored: it is neither a file nor a directory"
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: help book book-student assignments test structure structure-locked notebooks clean venv check-python
+.PHONY: help book book-student assignments test structure structure-locked notebooks reseed clean venv check-python
 
 help:
 	@echo "make book   build the website into $(BUILD)/html, executing every chapter"
@@ -21,6 +21,7 @@ help:
 	@echo "make notebooks  refresh the Colab .ipynb copies of the chapter notebooks"
 	@echo "make assignments  nbgrader student releases of every chapter's exercises"
 	@echo "make book-student  the website with solutions hidden"
+	@echo "make reseed CHAPTER=01 SEEDS=\"11 12 13\"  re-run a chapter's reproduce notebook under other seeds"
 	@echo "make clean  remove $(BUILD) (keeps .venv)"
 
 check-python:
@@ -91,6 +92,12 @@ book-student: $(STAMP)
 	$(PY) -m companion_lib.common.buildtools student-source --out $(BUILD)/student-src --cache $(BUILD)/.jupyter_cache
 	$(VENV)/bin/jupyter-book build $(BUILD)/student-src --path-output $(BUILD)/student --warningiserror --keep-going
 	@echo "student edition: $(BUILD)/student/_build/html/index.html"
+
+# Re-run a chapter's reproduce notebook(s) under other seeds (papermill, through the `parameters`
+# cell) and print its claims table: make reseed CHAPTER=01 SEEDS="11 12 13"
+reseed: $(STAMP)
+	@test -n "$(CHAPTER)" -a -n "$(SEEDS)" || { echo 'usage: make reseed CHAPTER=01 SEEDS="11 12 13"'; exit 2; }
+	$(PY) -m companion_lib.common.reseed --chapter "$(CHAPTER)" --seeds "$(SEEDS)"
 
 clean:
 	rm -rf $(BUILD) conf.py

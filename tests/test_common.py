@@ -13,9 +13,11 @@ from threadpoolctl import threadpool_info
 
 from companion_lib.common.claims import CLAIMS_MIME
 from companion_lib.common import (
-    NOT_REPRODUCED, ClaimsFailed, ClaimTable, disk_cache, library_fingerprint, limit_threads,
+    ClaimsFailed, ClaimTable, disk_cache, glue_text, library_fingerprint, limit_threads,
     seed_everything, timer, use_book_style,
 )
+from companion_lib.common.glue import GluedText
+from companion_lib.common.prose import typed_numbers
 from companion_lib.common.buildtools import invalidate_cache
 from companion_lib.common.threads import default_threads
 
@@ -80,38 +82,66 @@ def test_use_book_style_sets_the_theme():
 
 
 # -- claims ----------------------------------------------------------------------------------------
-def test_claim_table_passes_and_renders(tmp_path):
+def _table():
     t = ClaimTable("99-demo")
-    t.add("gain grows with noise", paper="Fig. 2", book=3.14159, criterion="> 1", passed=3.14159 > 1)
-    t.add_not_reproduced("huge model effect", paper="+10%", book="n/a", reason="needs a GPU-scale model")
-    t.assert_all()  # the not-reproduced row is not asserted
-    assert t.rows[0].book == "3.142" and t.rows[0].passed is True
-    assert t.rows[1].passed is None and t.rows[1].status == NOT_REPRODUCED
+    gain, gap = 3.14159, 0.2
+    t.holds("gain grows with noise", paper="Fig. 2", book=gain, criterion="> 1", check=gain > 1)
+    t.does_not_reproduce("gap above one", paper="Table 1: 1.5", book=gap, criterion="gap > 1",
+                         check=gap > 1, reason="a tiny model")
+    t.not_run("the ImageNet result", paper="Table 3", reason="no ImageNet here")
+    return t
+
+
+def test_claim_table_three_kinds_render_and_export(tmp_path):
+    t = _table()
+    t.assert_all()
+    held, dnr, skipped = t.rows
+    assert (held.kind, held.check, held.outcome, held.book) == ("holds", True, "held", "3.142")
+    assert (dnr.kind, dnr.check, dnr.outcome) == ("does_not_reproduce", False, "did not reproduce")
+    assert (skipped.kind, skipped.check, skipped.outcome, skipped.book) == ("not_run", None, "not run", "—")
     bundle = t._repr_mimebundle_()
     assert bundle[CLAIMS_MIME] == t.to_dict() and bundle["text/html"] == t._repr_html_()
     html = t._repr_html_()
-    assert "<table" in html and "needs a GPU-scale model" in html and "not reproduced" in html
-    assert list(t.to_frame().columns) == ["claim", "paper", "book", "criterion", "status", "reason"]
+    assert "<table" in html and "a tiny model" in html and "did not reproduce" in html and "not run" in html
+    assert list(t.to_frame().columns) == ["claim", "paper", "book", "criterion", "kind", "check", "outcome", "reason"]
     data = json.loads(t.export(tmp_path).read_text())
-    assert data["chapter"] == "99-demo"
-    assert data["counts"] == {"passed": 1, "failed": 0, "not reproduced at this scale": 1}
+    assert data["chapter"] == "99-demo" and data["schema"] == 2
+    assert data["counts"] == {"held": 1, "failed": 0, "did not reproduce": 1, "unexpectedly held": 0, "not run": 1}
 
 
-def test_claim_table_assert_all_lists_every_failure():
+def test_claim_table_fails_on_false_holds_and_on_strict_rows_that_hold():
     t = ClaimTable("99-demo")
-    t.add("a", paper="1", book="0", criterion=">= 1", passed=False)
-    t.add("b", paper="1", book="2", criterion=">= 1", passed=True)
-    t.add("c", paper="1", book="-1", criterion=">= 1", passed=np.bool_(False))
+    values = {"a": 0.0, "b": 2.0, "c": -1.0, "d": 5.0}
+    t.holds("a", paper="1", book=values["a"], criterion=">= 1", check=values["a"] >= 1)
+    t.holds("b", paper="1", book=values["b"], criterion=">= 1", check=values["b"] >= 1)
+    t.holds("c", paper="1", book=values["c"], criterion=">= 1", check=np.bool_(values["c"] >= 1))
+    t.does_not_reproduce("d", paper="1", book=values["d"], criterion=">= 1", check=values["d"] >= 1,
+                         reason="expected to miss")
+    assert [r.outcome for r in t.rows] == ["failed", "held", "failed", "unexpectedly held"]
     with pytest.raises(ClaimsFailed) as err:
         t.assert_all()
     msg = str(err.value)
-    assert "2 of 3 claims failed" in msg and "- a:" in msg and "- c:" in msg and "- b:" not in msg
+    assert "3 of 4 claims" in msg and "- [failed] a:" in msg and "- [failed] c:" in msg
+    assert "- [unexpectedly held] d:" in msg and "] b:" not in msg
+
+
+def test_claim_table_rejects_literal_checks():
+    t = ClaimTable("99-demo")
+    with pytest.raises(TypeError, match="literal True"):
+        t.holds("x", paper="1", book="1", criterion="c", check=True)
+    with pytest.raises(TypeError, match="literal False"):
+        t.does_not_reproduce("y", paper="1", book="1", criterion="c", check=False, reason="r")
+    with pytest.raises(TypeError, match="literal None"):
+        t.holds("z", paper="1", book="1", criterion="c",
+                check=None)
+    computed = 2 > 1
+    t.holds("x", paper="1", book="1", criterion="c", check=computed)  # a computed bool is accepted
+    assert len(t) == 1
 
 
 def test_claim_table_export_defaults_to_env_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("BOOK_CLAIMS_DIR", str(tmp_path / "claims"))
-    t = ClaimTable("99-demo")
-    t.add("x", paper="1", book="1", criterion="== 1", passed=True)
+    t = _table()
     assert t.export() == tmp_path / "claims" / "99-demo.json"
 
 
@@ -119,18 +149,58 @@ def test_claim_table_rejects_bad_input():
     with pytest.raises(ValueError, match="chapter"):
         ClaimTable("no spaces allowed")
     t = ClaimTable("99-demo")
-    with pytest.raises(TypeError, match="passed"):
-        t.add("x", paper="1", book="1", criterion="c", passed="yes")
+    ok = 1 < 2
+    with pytest.raises(TypeError, match="check must be a bool"):
+        t.holds("x", paper="1", book="1", criterion="c", check="yes")
+    with pytest.raises(TypeError, match="check must be a bool"):
+        t.holds("x", paper="1", book="1", criterion="c", check=np.array([ok, ok]))
     with pytest.raises(ValueError, match="claim"):
-        t.add("  ", paper="1", book="1", criterion="c", passed=True)
+        t.holds("  ", paper="1", book="1", criterion="c", check=ok)
     with pytest.raises(ValueError, match="book"):
-        t.add("x", paper="1", book=float("nan"), criterion="c", passed=True)
+        t.holds("x", paper="1", book=float("nan"), criterion="c", check=ok)
     with pytest.raises(TypeError, match="book"):
-        t.add("x", paper="1", book=True, criterion="c", passed=True)
+        t.holds("x", paper="1", book=ok, criterion="c", check=ok)
     with pytest.raises(ValueError, match="reason"):
-        t.add_not_reproduced("x", paper="1", book="1", reason="")
+        t.does_not_reproduce("x", paper="1", book="1", criterion="c", check=ok, reason="")
+    with pytest.raises(ValueError, match="reason"):
+        t.not_run("x", paper="1", reason=" ")
+    with pytest.raises(TypeError):
+        t.holds("x", "1", "1", "c", ok)  # keyword-only: the call names what each value is
     with pytest.raises(ClaimsFailed, match="empty"):
         t.assert_all()
+    t.not_run("x", paper="1", reason="r")
+    with pytest.raises(ValueError, match="already"):
+        t.not_run("x", paper="1", reason="r")
+
+
+# -- glue and typed numbers ------------------------------------------------------------------------
+def test_glue_text_formats_and_rejects_bad_values():
+    assert glue_text("acc", 0.91234, ".2f") == "0.91"
+    assert glue_text("n", np.int64(12)) == "12" and glue_text("big", 123456) == "123,456"
+    assert glue_text("g", 1 / 3) == "0.333" and glue_text("s", "SD") == "SD"
+    assert repr(GluedText("0.91")) == "0.91"  # what {glue:text} shows: no quotes
+    with pytest.raises(TypeError, match="bool"):
+        glue_text("b", True)
+    with pytest.raises(ValueError, match="non-finite"):
+        glue_text("x", float("nan"))
+    with pytest.raises(ValueError, match="name"):
+        glue_text("not a name", 1)
+
+
+def test_typed_numbers_flags_typed_results_only():
+    page = "\n".join([
+        "---", "jupytext:", "  text_representation:", "    format_name: myst", "---",
+        "# Figure 2 in miniature",
+        "The gain is {glue:text}`gain` points; the paper reports {paper}`+12.6 (Fig. 2)`.",
+        "See Fig. 3, Tables 2-4, Section 6 and Theorem 1; GPT-2 and 1-WL (ICLR 2025), $k = 4$, `x = 3`.",
+        "1. A list item [link](https://example.org/v1.2)",
+        "```{code-cell} ipython3", "x = 48", "```",
+        ":::{note}", "It took 3 seconds.", ":::",
+        "$$", "a = 0.5", "$$",
+        "We ran 48 simulations and SD is ~10x faster at 25.7% noise.",
+    ])
+    found = [(line, number) for line, number, _ in typed_numbers(page)]
+    assert found == [(14, "3"), (19, "48"), (19, "10x"), (19, "25.7%")]
 
 
 # -- cache -----------------------------------------------------------------------------------------

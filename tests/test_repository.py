@@ -75,3 +75,27 @@ def test_six_parts_in_order():
     captions = [p["caption"] for p in toc["parts"]]
     numbered = [c for c in captions if re.match(r"^[IVX]+\. ", c)]
     assert [c.split(".")[0] for c in numbered] == ["I", "II", "III", "IV", "V", "VI"]
+
+
+# -- the honesty rules, checked on the sources -----------------------------------------------------
+def _reproduce_pages():
+    return sorted((ROOT / "chapters").glob("*/reproduce*.md"))
+
+
+def test_reproduce_prose_has_no_typed_numbers():
+    """Every number in a reproduce page's prose is glued ({glue:text}) or the paper's ({paper} role)."""
+    from companion_lib.common.prose import typed_numbers
+
+    problems = []
+    for page in _reproduce_pages():
+        for line, number, text in typed_numbers(page.read_text(encoding="utf-8")):
+            problems.append(f"{page.relative_to(ROOT)}:{line}: {number!r} in: {text[:120]}")
+    assert not problems, "numbers typed into prose (glue them, or mark the paper's with {paper}):\n" + "\n".join(problems)
+
+
+def test_claims_use_the_three_kinds():
+    """Rows are declared as holds / does_not_reproduce / not_run; the old one-kind API is gone."""
+    old = re.compile(r"\bclaims\.(add|add_not_reproduced)\(")
+    offenders = [f"{p.relative_to(ROOT)}:{i}" for p in sorted((ROOT / "chapters").glob("*/*.md"))
+                 for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if old.search(line)]
+    assert not offenders, "old claims API (use holds / does_not_reproduce / not_run): " + ", ".join(offenders)

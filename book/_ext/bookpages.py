@@ -134,7 +134,18 @@ def _always_reread(app, env, added, changed, removed):
     return [name for name in SUMMARY_PAGES if name in env.found_docs]
 
 
+def paper_role(name, rawtext, text, lineno, inliner, options=None, content=None):
+    """``{paper}`0.81 (Table 2)```: a number quoted from the paper, shown as written.
+
+    The role marks the number as the paper's (with its source) for the book's check that every other
+    number in a reproduce page's prose is computed and glued.
+    """
+    node = nodes.inline(rawtext, text, classes=["paper-number"])
+    return [node], []
+
+
 def setup(app):
+    app.add_role("paper", paper_role)
     app.add_directive("claims-scoreboard", ClaimsScoreboard)
     app.add_directive("runtime-table", RuntimeTable)
     app.connect("env-get-outdated", _always_reread)

@@ -1,5 +1,5 @@
-"""What every chapter shares: seeding, thread limits, the plotting style, claims tables, a disk cache
-and a timer.
+"""What every chapter shares: seeding, thread limits, the plotting style, claims tables, glued prose
+numbers, input validation, a disk cache and a timer.
 
 A notebook's first lines after the setup cell are typically::
 
@@ -9,7 +9,8 @@ A notebook's first lines after the setup cell are typically::
 """
 
 from .cache import cache_dir, disk_cache, library_fingerprint
-from .claims import NOT_REPRODUCED, Claim, ClaimsFailed, ClaimTable
+from .claims import CLAIMS_MIME, Claim, ClaimsFailed, ClaimTable
+from .glue import glue_many, glue_text
 from .paths import build_dir, claims_dir, project_root
 from .seeding import seed_everything
 from .style import BOOK_COLORS, use_book_style
@@ -17,7 +18,7 @@ from .threads import default_threads, limit_threads
 from .timing import Timing, timer
 
 __all__ = [
-    "BOOK_COLORS", "Claim", "ClaimTable", "ClaimsFailed", "NOT_REPRODUCED", "Timing",
-    "build_dir", "cache_dir", "claims_dir", "default_threads", "disk_cache", "library_fingerprint",
-    "limit_threads", "project_root", "seed_everything", "timer", "use_book_style",
+    "BOOK_COLORS", "CLAIMS_MIME", "Claim", "ClaimTable", "ClaimsFailed", "Timing",
+    "build_dir", "cache_dir", "claims_dir", "default_threads", "disk_cache", "glue_many", "glue_text",
+    "library_fingerprint", "limit_threads", "project_root", "seed_everything", "timer", "use_book_style",
 ]

@@ -1,15 +1,36 @@
 """Claims tables: each reproduce notebook states the paper's claims and checks them.
 
-A row holds the claim in words, the paper's value, the book's value, the criterion that decides it
-and whether it passed. A row the book cannot reproduce at its scale is marked so, with the reason; it
-is shown (never hidden) but not asserted. :meth:`ClaimTable.export` writes JSON that the book's
-scoreboard collects; :meth:`ClaimTable.assert_all` fails the notebook if any checked claim fails.
+Every row is one of three *kinds*, declared in the notebook before the data is seen:
+
+``holds``
+    A claim this book expects to reproduce. Its ``check`` is a boolean computed from the results;
+    :meth:`ClaimTable.assert_all` fails the notebook when it is false (outcome ``failed``).
+``does_not_reproduce``
+    A claim the book expects *not* to reproduce at its scale, with the reason. Its ``check`` (the
+    paper's statement, as a computed boolean) is still evaluated, and the notebook fails when it
+    unexpectedly holds (outcome ``unexpectedly held``): the page would then say something false.
+    This is pytest's ``xfail(strict=True)``.
+``not_run``
+    A claim the book does not test (no data, no scale), with the reason and no book value.
+
+The outcome of a row follows from its kind and its check, never from a choice made after looking
+at the data: ``held`` / ``failed`` for ``holds``, ``did not reproduce`` / ``unexpectedly held`` for
+``does_not_reproduce``, ``not run`` for ``not_run``. What is true by construction belongs in a unit
+test or a derive-page check, not in a claims table.
+
+``check`` must be a ``bool`` (or ``numpy.bool_``) computed by the notebook; a literal ``True``,
+``False`` or ``None`` written into the call is rejected when the call's source can be read (it can in
+notebooks and scripts). :meth:`ClaimTable.export` writes JSON that the scoreboard counts, and the
+table displays itself with the same JSON under :data:`CLAIMS_MIME`.
 """
 
 from __future__ import annotations
 
+import ast
 import html
+import inspect
 import json
+import linecache
 import numbers
 import re
 from dataclasses import asdict, dataclass
@@ -19,36 +40,60 @@ import numpy as np
 
 from .paths import claims_dir
 
-__all__ = ["Claim", "ClaimTable", "ClaimsFailed", "PASSED", "FAILED", "NOT_REPRODUCED", "CLAIMS_MIME"]
+__all__ = [
+    "Claim", "ClaimTable", "ClaimsFailed", "CLAIMS_MIME", "KINDS", "OUTCOMES",
+    "HOLDS", "DOES_NOT_REPRODUCE", "NOT_RUN",
+    "HELD", "FAILED", "DID_NOT_REPRODUCE", "UNEXPECTEDLY_HELD", "NOT_RUN_OUTCOME",
+]
 
-PASSED = "passed"
+# kinds (declared before the data)
+HOLDS = "holds"
+DOES_NOT_REPRODUCE = "does_not_reproduce"
+NOT_RUN = "not_run"
+KINDS = (HOLDS, DOES_NOT_REPRODUCE, NOT_RUN)
+
+# outcomes (computed from the kind and the check)
+HELD = "held"
 FAILED = "failed"
-NOT_REPRODUCED = "not reproduced at this scale"
+DID_NOT_REPRODUCE = "did not reproduce"
+UNEXPECTEDLY_HELD = "unexpectedly held"
+NOT_RUN_OUTCOME = "not run"
+OUTCOMES = (HELD, FAILED, DID_NOT_REPRODUCE, UNEXPECTEDLY_HELD, NOT_RUN_OUTCOME)
+#: Outcomes that fail the notebook.
+BAD_OUTCOMES = (FAILED, UNEXPECTEDLY_HELD)
+
 #: Mime type under which a displayed table carries its rows, so the book's scoreboard can collect them
 #: from the executed notebooks of the same build.
 CLAIMS_MIME = "application/vnd.iclr2025-reproduced.claims+json"
+SCHEMA_VERSION = 2
 _CHAPTER_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
 class ClaimsFailed(AssertionError):
-    """Raised by :meth:`ClaimTable.assert_all`; its message lists every failing claim."""
+    """Raised by :meth:`ClaimTable.assert_all`; its message lists every failing row."""
 
 
 @dataclass(frozen=True)
 class Claim:
-    """One row of a claims table."""
+    """One row of a claims table.
+
+    ``check`` is the computed boolean (``None`` for rows not run); ``outcome`` follows from ``kind``
+    and ``check``.
+    """
 
     claim: str
     paper: str
     book: str
     criterion: str
-    status: str
+    kind: str
+    check: bool | None
+    outcome: str
     reason: str = ""
 
     @property
-    def passed(self) -> bool | None:
-        """True/False for checked claims, None for claims not reproduced at this scale."""
-        return None if self.status == NOT_REPRODUCED else self.status == PASSED
+    def ok(self) -> bool:
+        """False when this row fails the notebook (a claim that failed or unexpectedly held)."""
+        return self.outcome not in BAD_OUTCOMES
 
 
 def _text(value: object, name: str) -> str:
@@ -65,14 +110,70 @@ def _text(value: object, name: str) -> str:
     raise TypeError(f"{name} must be a string or a number, got {type(value).__name__}")
 
 
+def _call_source_node(frame) -> ast.Call | None:
+    """The AST of the call being executed in ``frame`` (Python >= 3.11 positions), or None."""
+    try:
+        positions = list(frame.f_code.co_positions())[frame.f_lasti // 2]
+    except (AttributeError, IndexError):
+        return None
+    lineno, end_lineno, col, end_col = positions
+    if None in (lineno, end_lineno, col, end_col):
+        return None
+    lines = linecache.getlines(frame.f_code.co_filename, frame.f_globals)
+    if not lines or end_lineno > len(lines):
+        return None
+    chunk = lines[lineno - 1:end_lineno]
+    if len(chunk) == 1:
+        segment = chunk[0][col:end_col]
+    else:
+        segment = chunk[0][col:] + "".join(chunk[1:-1]) + chunk[-1][:end_col]
+    try:
+        tree = ast.parse(segment, mode="eval")
+    except SyntaxError:
+        return None
+    return tree.body if isinstance(tree.body, ast.Call) else None
+
+
+def _reject_literal_check(method: str, position: int) -> None:
+    """Raise TypeError when the caller wrote ``check=True``/``False``/``None`` literally."""
+    frame = inspect.currentframe()
+    try:
+        caller = frame.f_back.f_back  # _reject_literal_check <- ClaimTable.method <- caller
+        node = _call_source_node(caller) if caller is not None else None
+    finally:
+        del frame
+    if node is None:
+        return
+    arg = next((k.value for k in node.keywords if k.arg == "check"), None)
+    if arg is None and len(node.args) > position:
+        arg = node.args[position]
+    if isinstance(arg, ast.Constant) and (arg.value is None or isinstance(arg.value, bool)):
+        raise TypeError(f"{method}: check must be computed from the results, not the literal {arg.value!r}; "
+                        "a claim that cannot be checked is a not_run row")
+
+
+def _check(value: object, method: str) -> bool:
+    if isinstance(value, np.ndarray) and value.shape == () and value.dtype == bool:
+        value = value.item()
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{method}: check must be a bool computed from the results, got {type(value).__name__}"
+                        " (use all(...)/any(...) or bool(np.all(...)) for arrays)")
+    return bool(value)
+
+
 class ClaimTable:
-    """The claims of one chapter, checked by the code that computed the book's values.
+    """The claims of one chapter, each declared with its kind and checked by the code that computed it.
 
     Example
     -------
     >>> claims = ClaimTable("01-self-distillation")
-    >>> _ = claims.add("gain grows with noise", paper="Fig. 2", book=f"{7.5:+.1f}",
-    ...                criterion="gain(0.7) > gain(0.5)", passed=7.5 > 4.0)
+    >>> gain = {0.5: 4.0, 0.7: 7.5}
+    >>> _ = claims.holds("The gain grows with noise", paper="Fig. 2", book=f"{gain[0.7]:+.1f}",
+    ...                  criterion="gain(0.7) > gain(0.5)", check=gain[0.7] > gain[0.5])
+    >>> _ = claims.does_not_reproduce("Gain above 20 points", paper="Fig. 2: +24", book=f"{gain[0.7]:+.1f}",
+    ...                               criterion="gain(0.7) >= 20", check=gain[0.7] >= 20,
+    ...                               reason="1,797 digits instead of CIFAR-100")
+    >>> _ = claims.not_run("The ImageNet result", paper="Table 3", reason="no ImageNet here")
     >>> claims.assert_all()
     """
 
@@ -83,33 +184,40 @@ class ClaimTable:
         self._rows: list[Claim] = []
 
     # -- building ---------------------------------------------------------------------------------
-    def add(self, claim: str, paper: object, book: object, criterion: str, passed: bool) -> Claim:
-        """Add a checked claim. ``passed`` must be the outcome of a comparison computed in the notebook."""
-        if not isinstance(passed, (bool, np.bool_)):
-            raise TypeError(f"passed must be a bool (the result of the check), got {type(passed).__name__}")
-        row = Claim(
-            claim=_text(claim, "claim"),
-            paper=_text(paper, "paper"),
-            book=_text(book, "book"),
-            criterion=_text(criterion, "criterion"),
-            status=PASSED if bool(passed) else FAILED,
-        )
+    def _append(self, row: Claim) -> Claim:
+        if any(r.claim == row.claim for r in self._rows):
+            raise ValueError(f"claim {row.claim!r} is already in the table: give each row its own words")
         self._rows.append(row)
         return row
 
-    def add_not_reproduced(self, claim: str, paper: object, book: object, reason: str,
-                           criterion: str = "not asserted") -> Claim:
-        """Add a claim that does not reproduce at the book's scale; ``reason`` says why. Not asserted."""
-        row = Claim(
-            claim=_text(claim, "claim"),
-            paper=_text(paper, "paper"),
-            book=_text(book, "book"),
-            criterion=_text(criterion, "criterion"),
-            status=NOT_REPRODUCED,
-            reason=_text(reason, "reason"),
-        )
-        self._rows.append(row)
-        return row
+    def holds(self, claim: str, *, paper: object, book: object, criterion: str, check: bool) -> Claim:
+        """A claim expected to hold: the notebook fails if ``check`` (computed) is false."""
+        _reject_literal_check("holds", 4)
+        ok = _check(check, "holds")
+        return self._append(Claim(claim=_text(claim, "claim"), paper=_text(paper, "paper"),
+                                  book=_text(book, "book"), criterion=_text(criterion, "criterion"),
+                                  kind=HOLDS, check=ok, outcome=HELD if ok else FAILED))
+
+    def does_not_reproduce(self, claim: str, *, paper: object, book: object, criterion: str,
+                           check: bool, reason: str) -> Claim:
+        """A claim expected not to reproduce at this scale (strict): the notebook fails if ``check`` holds.
+
+        ``check`` is the paper's statement evaluated on the book's results, exactly as a ``holds`` row
+        would evaluate it; ``reason`` says why the book expects it to fail here.
+        """
+        _reject_literal_check("does_not_reproduce", 4)
+        ok = _check(check, "does_not_reproduce")
+        return self._append(Claim(claim=_text(claim, "claim"), paper=_text(paper, "paper"),
+                                  book=_text(book, "book"), criterion=_text(criterion, "criterion"),
+                                  kind=DOES_NOT_REPRODUCE, check=ok,
+                                  outcome=UNEXPECTEDLY_HELD if ok else DID_NOT_REPRODUCE,
+                                  reason=_text(reason, "reason")))
+
+    def not_run(self, claim: str, *, paper: object, reason: str) -> Claim:
+        """A claim the book does not test (no data, no scale): shown with its reason, no book value."""
+        return self._append(Claim(claim=_text(claim, "claim"), paper=_text(paper, "paper"), book="—",
+                                  criterion="—", kind=NOT_RUN, check=None, outcome=NOT_RUN_OUTCOME,
+                                  reason=_text(reason, "reason")))
 
     # -- reading ----------------------------------------------------------------------------------
     @property
@@ -121,18 +229,23 @@ class ClaimTable:
 
     @property
     def failures(self) -> tuple[Claim, ...]:
-        return tuple(r for r in self._rows if r.status == FAILED)
+        """Rows that fail the notebook: ``holds`` rows whose check is false and strict rows that held."""
+        return tuple(r for r in self._rows if not r.ok)
+
+    def counts(self) -> dict[str, int]:
+        """Number of rows per outcome (every outcome present, zeros included)."""
+        return {o: sum(r.outcome == o for r in self._rows) for o in OUTCOMES}
 
     def to_dict(self) -> dict:
-        counts = {s: sum(r.status == s for r in self._rows) for s in (PASSED, FAILED, NOT_REPRODUCED)}
-        return {"chapter": self.chapter, "counts": counts, "claims": [asdict(r) for r in self._rows]}
+        return {"chapter": self.chapter, "schema": SCHEMA_VERSION, "counts": self.counts(),
+                "claims": [asdict(r) for r in self._rows]}
 
     def to_frame(self):
         """The table as a :class:`pandas.DataFrame` (one row per claim)."""
         import pandas as pd
 
         return pd.DataFrame([asdict(r) for r in self._rows],
-                            columns=["claim", "paper", "book", "criterion", "status", "reason"])
+                            columns=["claim", "paper", "book", "criterion", "kind", "check", "outcome", "reason"])
 
     # -- output -----------------------------------------------------------------------------------
     def export(self, directory: str | Path | None = None) -> Path:
@@ -146,24 +259,27 @@ class ClaimTable:
         return path
 
     def assert_all(self) -> None:
-        """Raise :class:`ClaimsFailed` listing every failing claim; rows not reproduced are skipped."""
+        """Raise :class:`ClaimsFailed` listing every row that failed or unexpectedly held."""
         if not self._rows:
             raise ClaimsFailed(f"{self.chapter}: the claims table is empty")
         bad = self.failures
         if bad:
-            lines = [f"- {r.claim}: book {r.book} vs criterion {r.criterion} (paper: {r.paper})" for r in bad]
-            raise ClaimsFailed(f"{self.chapter}: {len(bad)} of {len(self._rows)} claims failed:\n" + "\n".join(lines))
+            lines = [f"- [{r.outcome}] {r.claim}: book {r.book} vs criterion {r.criterion} (paper: {r.paper})"
+                     for r in bad]
+            raise ClaimsFailed(f"{self.chapter}: {len(bad)} of {len(self._rows)} claims went against their "
+                               "declared kind:\n" + "\n".join(lines))
 
-    _MARK = {PASSED: "✅ passed", FAILED: "❌ failed", NOT_REPRODUCED: "⚠️ not reproduced at this scale"}
+    MARK = {HELD: "✅ held", FAILED: "❌ failed", DID_NOT_REPRODUCE: "⚠️ did not reproduce",
+            UNEXPECTEDLY_HELD: "❌ unexpectedly held", NOT_RUN_OUTCOME: "⏸️ not run"}
 
     def _repr_html_(self) -> str:
         esc = html.escape
-        head = "".join(f"<th>{h}</th>" for h in ("Claim", "Paper", "This book", "Criterion", "Result"))
+        head = "".join(f"<th>{h}</th>" for h in ("Claim", "Paper", "This book", "Criterion", "Outcome"))
         body = []
         for r in self._rows:
-            result = self._MARK[r.status] + (f"<br><small>{esc(r.reason)}</small>" if r.reason else "")
+            result = self.MARK[r.outcome] + (f"<br><small>{esc(r.reason)}</small>" if r.reason else "")
             cells = (esc(r.claim), esc(r.paper), esc(r.book), esc(r.criterion), result)
-            body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+            body.append(f'<tr class="claim-{r.kind}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
         return (f'<table class="claims-table"><thead><tr>{head}</tr></thead>'
                 f"<tbody>{''.join(body)}</tbody></table>")
 
@@ -172,5 +288,5 @@ class ClaimTable:
 
     def __repr__(self) -> str:
         lines = [f"ClaimTable({self.chapter!r}, {len(self._rows)} claims)"]
-        lines += [f"  [{r.status}] {r.claim}: paper {r.paper} | book {r.book} | {r.criterion}" for r in self._rows]
+        lines += [f"  [{r.outcome}] {r.claim}: paper {r.paper} | book {r.book} | {r.criterion}" for r in self._rows]
         return "\n".join(lines)
