@@ -152,3 +152,222 @@ def test_last_token_scorer():
         LastTokenScorer(torch.nn.Linear(2, 2))
     rm_llama = LastTokenScorer(tiny_causal_lm(llama_config(6, hidden_size=8), seed=0))
     assert rm_llama(ids).shape == (2,)
+
+
+# ---- the toolkit grown for Part IV (chapters 11-13): every helper on a tiny GPT-2 and a tiny Llama ----
+
+from companion_lib.tinylm import (ActivationStore, capture_activations, cached_response_logprobs, decode_hidden,
+                                  encode_pairs, hidden_jacobian, last_positions, layer_adapter, lm_loss,
+                                  patch_activations, prefix_cache, run_from_layer, sequence_logprobs, spliced_loss,
+                                  train_lm, word_tokenizer)
+
+
+@pytest.fixture(params=["gpt2", "llama"])
+def lm12(request):
+    """A 2-block model over a 12-token vocabulary."""
+    cfg = (gpt2_config(12, n_positions=16, n_embd=16) if request.param == "gpt2"
+           else llama_config(12, hidden_size=16, max_position_embeddings=16))
+    return tiny_causal_lm(cfg, seed=1)
+
+
+def test_word_tokenizer_roundtrip_padding_and_save(tmp_path):
+    from transformers import PreTrainedTokenizerFast
+    tok = word_tokenizer(["alice", "bob", "likes", "."])
+    assert tok.convert_tokens_to_ids(["<pad>", "<unk>", "<bos>", "alice"]) == [0, 1, 2, 3]
+    enc = tok(["alice likes bob .", "bob ."], padding=True)
+    assert enc["input_ids"][1][:2] == [0, 0] and enc["attention_mask"][1] == [0, 0, 1, 1]   # left padding
+    assert tok.decode(enc["input_ids"][0]) == "alice likes bob ."
+    assert tok("carol")["input_ids"] == [1]                                                  # unknown word
+    tok.save_pretrained(tmp_path)
+    back = PreTrainedTokenizerFast.from_pretrained(tmp_path)
+    assert back("alice likes bob .")["input_ids"] == enc["input_ids"][0]
+    with pytest.raises(ValueError, match="repeat"):
+        word_tokenizer(["a", "a"])
+    with pytest.raises(ValueError, match="whitespace"):
+        word_tokenizer(["a b"])
+    with pytest.raises(TypeError, match="words"):
+        word_tokenizer("ab")
+    with pytest.raises(ValueError, match="special"):
+        word_tokenizer(["<pad>"])
+
+
+def test_private_seed_stream_leaves_global_rng_alone():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    a = tiny_causal_lm(gpt2_config(7, n_embd=8, n_head=2), seed=5)
+    assert torch.equal(torch.rand(3), expected)
+    b = tiny_causal_lm(gpt2_config(7, n_embd=8, n_head=2), generator=torch.Generator().manual_seed(9))
+    c = tiny_causal_lm(gpt2_config(7, n_embd=8, n_head=2), generator=torch.Generator().manual_seed(9))
+    assert torch.equal(b.transformer.wte.weight, c.transformer.wte.weight)
+    assert not torch.equal(a.transformer.wte.weight, b.transformer.wte.weight)
+    with pytest.raises(ValueError, match="not both"):
+        tiny_causal_lm(gpt2_config(7, n_embd=8, n_head=2), seed=1, generator=torch.Generator())
+
+
+def test_layer_adapter_finds_blocks_and_norm(lm12):
+    ad = layer_adapter(lm12)
+    assert ad.n_layers == 2
+    names = {type(ad.final_norm).__name__}
+    assert names <= {"LayerNorm", "LlamaRMSNorm"}
+    with pytest.raises(TypeError, match="causal LM"):
+        layer_adapter(torch.nn.Linear(2, 2))
+
+
+def _n_hooks(model):
+    with torch.no_grad():   # transformers adds its own output-recording hooks on the first such call
+        model(input_ids=torch.tensor([[3, 4]]), output_hidden_states=True)
+    return sum(len(b._forward_hooks) + len(b._forward_pre_hooks) for b in layer_adapter(model).blocks)
+
+
+def test_capture_matches_hidden_states_and_decode(lm12):
+    ids = torch.tensor([[3, 4, 5, 6], [7, 8, 9, 10]])
+    before = _n_hooks(lm12)
+    with torch.no_grad(), capture_activations(lm12, [0, 1, 2]) as acts:
+        out = lm12(input_ids=ids, output_hidden_states=True)
+    assert torch.allclose(acts[0], out.hidden_states[0]) and torch.allclose(acts[1], out.hidden_states[1])
+    with torch.no_grad():
+        assert torch.allclose(decode_hidden(lm12, acts[2]), out.logits, atol=1e-5)
+    assert _n_hooks(lm12) == before
+    with pytest.raises(ValueError, match="layer"):
+        with capture_activations(lm12, 3):
+            pass
+
+
+def test_hooks_are_removed_after_an_error(lm12):
+    before = _n_hooks(lm12)
+    with pytest.raises(RuntimeError, match="boom"):
+        with capture_activations(lm12, 1), patch_activations(lm12, 2, lambda h: h):
+            raise RuntimeError("boom")
+    assert _n_hooks(lm12) == before
+
+
+def test_patching_and_run_from_layer(lm12):
+    ids = torch.tensor([[3, 4, 5, 6], [7, 8, 9, 10]])
+    with torch.no_grad(), capture_activations(lm12, 1) as acts:
+        clean = lm12(input_ids=ids).logits
+        assert torch.allclose(run_from_layer(lm12, ids, 1, acts[1]), clean, atol=1e-5)
+        h1 = acts[1].clone()
+        with patch_activations(lm12, 1, torch.zeros(16), position=2):
+            patched = lm12(input_ids=ids).logits
+    assert torch.allclose(patched[:, :2], clean[:, :2], atol=1e-6)          # causal: earlier positions unchanged
+    assert not torch.allclose(patched[:, 2], clean[:, 2])
+    with torch.no_grad(), patch_activations(lm12, 1, h1[:, 2], position=2):
+        assert torch.allclose(lm12(input_ids=ids).logits, clean, atol=1e-5)  # writing the clean state back
+    with pytest.raises(ValueError, match="past the sequence"):
+        with torch.no_grad(), patch_activations(lm12, 1, torch.zeros(16), position=4):
+            lm12(input_ids=ids)
+    with pytest.raises(ValueError, match="layer"):
+        with patch_activations(lm12, -1, torch.zeros(16), position=0):
+            pass
+
+
+def test_hidden_jacobian_matches_finite_differences(lm12):
+    ids = torch.tensor([[3, 4, 5], [6, 7, 8]])
+    J, h_src, h_dst = hidden_jacobian(lm12, ids, src_layer=1, dst_layer=2)
+    assert J.shape == (2, 16, 16) and h_src.shape == (2, 16)
+    eps, j = 1e-3, 5
+    e = torch.zeros(16)
+    e[j] = eps
+    outs = []
+    for sign in (1, -1):
+        with torch.no_grad(), patch_activations(lm12, 1, h_src + sign * e, position=-1), \
+                capture_activations(lm12, 2) as acts:
+            lm12(input_ids=ids)
+        outs.append(acts[2][:, -1])
+    fd = (outs[0] - outs[1]) / (2 * eps)
+    assert torch.allclose(J[:, :, j], fd, atol=1e-3)
+    J_same, *_ = hidden_jacobian(lm12, ids, src_layer=2, dst_layer=2)
+    assert torch.allclose(J_same, torch.eye(16).expand(2, 16, 16), atol=1e-6)   # identity at the same state
+    with pytest.raises(ValueError, match="dst_layer"):
+        hidden_jacobian(lm12, ids, 2, 1)
+    with pytest.raises(ValueError, match="past the sequence"):
+        hidden_jacobian(lm12, ids, 1, 2, src_position=5)
+
+
+def test_padded_scoring_equals_unpadded(lm12):
+    prompts = [torch.tensor([3, 4, 5]), torch.tensor([6])]
+    responses = torch.tensor([[7, 8], [9, 10]])
+    padded = torch.tensor([[3, 4, 5], [0, 0, 6]])
+    mask = torch.tensor([[1, 1, 1], [0, 0, 1]])
+    with torch.no_grad():
+        got = response_logprobs(lm12, padded, responses, prompt_mask=mask)
+        one_by_one = torch.cat([response_logprobs(lm12, p[None], r[None]) for p, r in zip(prompts, responses)])
+    assert torch.allclose(got, one_by_one, atol=1e-5)
+    rm = LastTokenScorer(lm12)
+    rm.head.weight.data.normal_(generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        seqs = [torch.tensor([3, 4, 5, 7]), torch.tensor([6, 9])]
+        left = torch.tensor([[3, 4, 5, 7], [0, 0, 6, 9]])
+        right = torch.tensor([[3, 4, 5, 7], [6, 9, 0, 0]])
+        lmask, rmask = (left != 0).long(), (right != 0).long()
+        alone = torch.cat([rm(s[None]) for s in seqs])
+        assert torch.allclose(rm(left, attention_mask=lmask), alone, atol=1e-5)
+        assert torch.allclose(rm(right, attention_mask=rmask), alone, atol=1e-5)
+    assert last_positions(rmask).tolist() == [3, 1] and last_positions(lmask).tolist() == [3, 3]
+
+
+def test_sequence_logprobs_with_labels_and_encode_pairs(lm12):
+    tok = word_tokenizer([f"w{i}" for i in range(9)])          # ids 3..11
+    enc = encode_pairs(tok, ["w0 w1 w2", "w3"], ["w4 w5", "w6 w7"])
+    assert enc["labels"][1].tolist()[:3] == [-100, -100, -100]
+    with torch.no_grad():
+        got = sequence_logprobs(lm12, enc["input_ids"], enc["labels"], enc["attention_mask"])
+        ref0 = response_logprobs(lm12, torch.tensor([[3, 4, 5]]), torch.tensor([[7, 8]]))
+        ref1 = response_logprobs(lm12, torch.tensor([[6]]), torch.tensor([[9, 10]]))
+    assert torch.allclose(got, torch.cat([ref0, ref1]), atol=1e-5)
+    with pytest.raises(ValueError, match="labels"):
+        sequence_logprobs(lm12, enc["input_ids"], enc["labels"][:, :2])
+
+
+def test_cached_scoring_equals_uncached(lm12):
+    context = torch.tensor([[3, 4, 5, 6]])
+    responses = torch.tensor([[7, 8, 9], [10, 11, 3], [4, 4, 4]])
+    with torch.no_grad():
+        cache = prefix_cache(lm12, context)
+        cached = cached_response_logprobs(lm12, cache, responses)
+        again = cached_response_logprobs(lm12, cache, responses[:1])          # the cache is reusable
+        plain = response_logprobs(lm12, context.expand(3, -1), responses)
+    assert torch.allclose(cached, plain, atol=1e-5) and torch.allclose(again, plain[:1], atol=1e-5)
+    with pytest.raises(ValueError, match="rows"):
+        with torch.no_grad():
+            cached_response_logprobs(lm12, prefix_cache(lm12, context.expand(2, -1)), responses)
+
+
+def test_train_lm_checkpoints_and_determinism():
+    corpus = torch.tensor([[3, 4, 5, 6, 7, 8]] * 4 + [[8, 7, 6, 5, 4, 3]] * 4)
+
+    def run():
+        model = tiny_causal_lm(gpt2_config(9, n_positions=8, n_embd=16), seed=0)
+        return model, train_lm(model, corpus, steps=30, batch_size=4, lr=1e-2,
+                               generator=torch.Generator().manual_seed(0), checkpoint_steps=[0, 10, 30])
+
+    m1, r1 = run()
+    m2, r2 = run()
+    assert r1.losses == r2.losses and sorted(r1.checkpoints) == [0, 10, 30]
+    assert r1.losses[-1] < 0.5 * r1.losses[0]
+    assert torch.equal(r1.checkpoints[30]["transformer.wte.weight"], m1.transformer.wte.weight)
+    assert not torch.equal(r1.checkpoints[0]["transformer.wte.weight"], m1.transformer.wte.weight)
+    with torch.no_grad():
+        assert float(lm_loss(m1, corpus)) < r1.losses[0]
+    curriculum = train_lm(m2, lambda step, g: corpus[:4] if step < 5 else corpus[4:], steps=8, batch_size=4)
+    assert len(curriculum.losses) == 8
+    with pytest.raises(ValueError, match="checkpoint_steps"):
+        train_lm(m1, corpus, steps=5, checkpoint_steps=[6])
+    with pytest.raises(TypeError, match="data"):
+        train_lm(m1, "corpus", steps=5)
+
+
+def test_activation_store_and_splice(lm12):
+    ids = torch.tensor([[3, 4, 5, 6], [0, 7, 8, 9], [10, 11, 3, 4]])
+    mask = (ids != 0).long()
+    store = ActivationStore(lm12, 1, ids, attention_mask=mask, batch_size=4, chunk_size=2,
+                            generator=torch.Generator().manual_seed(0))
+    assert len(store) == 11 and store.d == 16
+    batches = list(store)
+    assert [len(b) for b in batches] == [4, 4, 3]
+    assert torch.allclose(torch.cat(batches).sum(0), store.activations.sum(0), atol=1e-4)
+    ident = spliced_loss(lm12, ids, 1, lambda h: h, attention_mask=mask)
+    assert abs(ident["rise"]) < 1e-5
+    zero = spliced_loss(lm12, ids, 1, lambda h: torch.zeros_like(h), attention_mask=mask)
+    assert zero["spliced"] != pytest.approx(zero["clean"])

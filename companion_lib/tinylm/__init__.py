@@ -1,22 +1,37 @@
-"""Tiny causal language models trained from scratch, shared by the book's language-model chapters.
+r"""Tiny causal language models trained from scratch, shared by the book's language-model chapters.
 
 Everything here takes any Hugging Face causal LM (``GPT2LMHeadModel``, ``LlamaForCausalLM``, ...), so a
 reader with hub access can pass a real checkpoint instead of the tiny models the chapters train.
 
-* :func:`gpt2_config`, :func:`llama_config`, :func:`tiny_causal_lm` -- small configurations and models.
-* :func:`response_logprobs` -- :math:`\\log\\pi(y\\mid x)=\\sum_t\\log\\pi(y_t\\mid x, y_{<t})` for a batch of
-  (prompt, response) pairs, optionally restricted to a response vocabulary.
-* :func:`all_responses`, :func:`exact_response_logprobs` -- every response of a small response space
-  and its exact log-probability, so that :math:`\\pi(\\cdot\\mid x)` is known exactly.
-* :func:`train_loop`, :func:`minibatches` -- a plain PyTorch training loop.
-* :class:`LastTokenScorer` -- a scalar head on the last hidden state (a reward model on an LM trunk).
+* Building: :func:`word_tokenizer` (a word-level ``PreTrainedTokenizerFast``), :func:`gpt2_config`,
+  :func:`llama_config`, :func:`tiny_causal_lm` (seeded through a private stream).
+* Training: :func:`train_lm` (AdamW, checkpoints, a progress bar, a ``torch.Generator``), :func:`lm_loss`,
+  and the plain :func:`train_loop` with :func:`minibatches`.
+* Scoring: :func:`response_logprobs` (:math:`\log\pi(y\mid x)=\sum_t\log\pi(y_t\mid x, y_{<t})`, padded
+  prompts, a response vocabulary), :func:`sequence_logprobs` (labels with -100), :func:`encode_pairs`,
+  :func:`prefix_cache` and :func:`cached_response_logprobs` (a shared context's key/value cache),
+  :func:`all_responses`, :func:`exact_response_logprobs` (every response of a small space), and
+  :class:`LastTokenScorer` (a scalar head on the last real token: a reward model on an LM trunk).
+* Inside the model: :func:`layer_adapter` (blocks, final norm, unembedding), :func:`capture_activations`,
+  :func:`patch_activations`, :func:`run_from_layer`, :func:`decode_hidden`, :func:`hidden_jacobian`.
+* For sparse autoencoders: :class:`ActivationStore`, :func:`spliced_loss`.
 """
 
-from .model import LastTokenScorer, gpt2_config, llama_config, tiny_causal_lm
-from .likelihood import all_responses, exact_response_logprobs, response_logprobs
-from .training import minibatches, train_loop
+from .model import (LastTokenScorer, gpt2_config, last_positions, llama_config, position_ids_from_mask,
+                    tiny_causal_lm)
+from .likelihood import (PrefixCache, all_responses, cached_response_logprobs, encode_pairs,
+                         exact_response_logprobs, prefix_cache, response_logprobs, sequence_logprobs)
+from .training import TrainResult, lm_loss, minibatches, train_lm, train_loop
+from .tokenizer import SPECIAL_TOKENS, word_tokenizer
+from .hooks import (LayerAdapter, capture_activations, decode_hidden, hidden_jacobian, layer_adapter,
+                    patch_activations, run_from_layer)
+from .activations import ActivationStore, spliced_loss
 
 __all__ = [
-    "LastTokenScorer", "all_responses", "exact_response_logprobs", "gpt2_config", "llama_config",
-    "minibatches", "response_logprobs", "tiny_causal_lm", "train_loop",
+    "ActivationStore", "LastTokenScorer", "LayerAdapter", "PrefixCache", "SPECIAL_TOKENS", "TrainResult",
+    "all_responses", "cached_response_logprobs", "capture_activations", "decode_hidden", "encode_pairs",
+    "exact_response_logprobs", "gpt2_config", "hidden_jacobian", "last_positions", "layer_adapter",
+    "llama_config", "lm_loss", "minibatches", "patch_activations", "position_ids_from_mask", "prefix_cache",
+    "response_logprobs", "run_from_layer", "sequence_logprobs", "spliced_loss", "tiny_causal_lm", "train_lm",
+    "train_loop", "word_tokenizer",
 ]

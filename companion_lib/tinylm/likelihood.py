@@ -6,16 +6,28 @@ For a causal LM :math:`\\pi`, a prompt :math:`x` and a response :math:`y=(y_1,\\
 
 With ``allowed_tokens`` the next-token softmax is restricted to a response vocabulary :math:`V`, so that
 :math:`\\sum_{y\\in V^T}\\pi(y\\mid x)=1` exactly; :func:`exact_response_logprobs` enumerates :math:`V^T`.
+
+Padding: prompts of different lengths are left-padded and described by ``prompt_mask``; the padded
+positions are then masked out of attention and the position ids count real tokens only, so a padded row
+scores exactly as the same row unpadded. :func:`sequence_logprobs` scores Hugging Face-style ``labels``
+(``-100`` = not scored); :func:`prefix_cache` and :func:`cached_response_logprobs` score many responses
+after one shared context from its key/value cache, with the same result as the uncached call.
 """
 
 from __future__ import annotations
 
+import copy
+import inspect
 import itertools
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
-__all__ = ["response_logprobs", "all_responses", "exact_response_logprobs"]
+from .model import position_ids_from_mask
+
+__all__ = ["response_logprobs", "all_responses", "exact_response_logprobs", "sequence_logprobs",
+           "encode_pairs", "PrefixCache", "prefix_cache", "cached_response_logprobs"]
 
 
 def _as_ids(x: object, name: str, ndim: int) -> torch.Tensor:
@@ -48,7 +60,8 @@ def _position_of(tokens: torch.Tensor, vocab: torch.Tensor, name: str) -> torch.
 
 def response_logprobs(model, prompts: torch.Tensor, responses: torch.Tensor,
                       allowed_tokens: Sequence[int] | torch.Tensor | None = None,
-                      response_mask: torch.Tensor | None = None, per_token: bool = False) -> torch.Tensor:
+                      response_mask: torch.Tensor | None = None, per_token: bool = False,
+                      prompt_mask: torch.Tensor | None = None) -> torch.Tensor:
     """:math:`\\log\\pi(y\\mid x)` for each row of ``prompts`` (B, Lp) and ``responses`` (B, Lr).
 
     Parameters
@@ -56,13 +69,16 @@ def response_logprobs(model, prompts: torch.Tensor, responses: torch.Tensor,
     model:
         A Hugging Face causal LM (anything whose ``model(input_ids=...).logits`` is (B, L, vocab)).
     prompts, responses:
-        Integer token ids; all prompts of a batch have the same length (left-pad them if needed).
+        Integer token ids; prompts of different lengths are left-padded to one length.
     allowed_tokens:
         If given, the next-token distribution is the softmax over these ids only.
     response_mask:
         (B, Lr) of 0/1: positions with 0 (padding) do not count.
     per_token:
         Return the (B, Lr) per-token log-probabilities instead of their sum.
+    prompt_mask:
+        (B, Lp) of 0/1 for left-padded prompts: pads are masked out of attention and do not shift the
+        position ids (None: every prompt token is real).
     """
     prompts = _as_ids(prompts, "prompts", 2)
     responses = _as_ids(responses, "responses", 2)
@@ -72,7 +88,15 @@ def response_logprobs(model, prompts: torch.Tensor, responses: torch.Tensor,
     if prompts.shape[1] < 1:
         raise ValueError("prompts must hold at least one token (the LM needs a position to predict y_1 from)")
     lp = prompts.shape[1]
-    logits = model(input_ids=torch.cat([prompts, responses], dim=1)).logits[:, lp - 1:-1]
+    inputs = torch.cat([prompts, responses], dim=1)
+    if prompt_mask is None:
+        logits = model(input_ids=inputs).logits[:, lp - 1:-1]
+    else:
+        if prompt_mask.shape != prompts.shape:
+            raise ValueError(f"prompt_mask must have shape {tuple(prompts.shape)}, got {tuple(prompt_mask.shape)}")
+        mask = torch.cat([prompt_mask.long(), torch.ones_like(responses)], dim=1)
+        logits = model(input_ids=inputs, attention_mask=mask,
+                       position_ids=position_ids_from_mask(mask)).logits[:, lp - 1:-1]
     targets = responses
     if allowed_tokens is not None:
         vocab = _vocab_tensor(allowed_tokens, logits.device)
@@ -121,3 +145,116 @@ def exact_response_logprobs(model, prompts: torch.Tensor, vocab: Sequence[int] |
     idx = prefix_idx.unsqueeze(0).expand(n_prompts, k, length - 1).unsqueeze(-1)
     prefix_lp = logp[:, :, :-1].gather(-1, idx).squeeze(-1).sum(-1)         # (P, K)
     return (prefix_lp.unsqueeze(-1) + logp[:, :, -1]).reshape(n_prompts, k * v)
+
+
+def sequence_logprobs(model, input_ids: torch.Tensor, labels: torch.Tensor,
+                      attention_mask: torch.Tensor | None = None, per_token: bool = False) -> torch.Tensor:
+    """Sum of :math:`\\log p(\\text{labels}_t \\mid \\text{input}_{<t})` over the positions whose label is not -100.
+
+    Hugging Face's convention: ``labels`` has the shape of ``input_ids`` and ``labels[:, t]`` is the token at
+    position ``t``, predicted from position ``t - 1`` (so ``labels[:, 0]`` is never scored). Position ids
+    follow ``attention_mask``, so left padding does not change the result.
+    """
+    input_ids = _as_ids(input_ids, "input_ids", 2)
+    labels = _as_ids(labels, "labels", 2)
+    if labels.shape != input_ids.shape:
+        raise ValueError(f"labels must have the shape of input_ids {tuple(input_ids.shape)}, got {tuple(labels.shape)}")
+    kwargs = {}
+    if attention_mask is not None:
+        if attention_mask.shape != input_ids.shape:
+            raise ValueError(f"attention_mask must have shape {tuple(input_ids.shape)}, "
+                             f"got {tuple(attention_mask.shape)}")
+        kwargs = dict(attention_mask=attention_mask, position_ids=position_ids_from_mask(attention_mask))
+    logits = model(input_ids=input_ids, **kwargs).logits[:, :-1]
+    target = labels[:, 1:]
+    keep = target != -100
+    token_lp = torch.log_softmax(logits.float(), -1).gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    token_lp = token_lp * keep
+    return token_lp if per_token else token_lp.sum(-1)
+
+
+def encode_pairs(tokenizer, contexts: Sequence[str], responses: Sequence[str]) -> dict[str, torch.Tensor]:
+    """Tokenise (context, response) pairs into left-padded ``input_ids``, ``attention_mask`` and ``labels``.
+
+    ``labels`` is ``-100`` on the context and the padding, so :func:`sequence_logprobs` gives
+    :math:`\\log p(\\text{response}\\mid\\text{context})`. Works with any Hugging Face tokenizer with a pad token.
+    """
+    if isinstance(contexts, str) or isinstance(responses, str):
+        raise TypeError("contexts and responses must be sequences of strings, not single strings")
+    if len(contexts) != len(responses) or not contexts:
+        raise ValueError(f"contexts and responses must be non-empty and of equal length, got {len(contexts)} "
+                         f"and {len(responses)}")
+    if tokenizer.pad_token_id is None:
+        raise ValueError("the tokenizer needs a pad token")
+    rows, resp_lens = [], []
+    for c, r in zip(contexts, responses):
+        c_ids = tokenizer(c, add_special_tokens=False)["input_ids"]
+        r_ids = tokenizer(r, add_special_tokens=False)["input_ids"]
+        if not c_ids or not r_ids:
+            raise ValueError(f"context and response must both be non-empty after tokenisation: {c!r}, {r!r}")
+        rows.append(c_ids + r_ids)
+        resp_lens.append(len(r_ids))
+    width = max(map(len, rows))
+    input_ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros_like(input_ids)
+    labels = torch.full_like(input_ids, -100)
+    for i, (row, n_resp) in enumerate(zip(rows, resp_lens)):
+        input_ids[i, width - len(row):] = torch.tensor(row)
+        mask[i, width - len(row):] = 1
+        labels[i, width - n_resp:] = torch.tensor(row[-n_resp:])
+    return {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
+
+
+def _cache_kwarg(model) -> str:
+    """The name under which this transformers version takes the key/value cache (``cache`` in 5.x)."""
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+@dataclass
+class PrefixCache:
+    """The key/value cache of a context, its last next-token logits and its attention mask."""
+
+    cache: object                 # a transformers Cache
+    last_logits: torch.Tensor     # (B, vocab): the prediction for the first response token
+    attention_mask: torch.Tensor  # (B, Lc)
+
+
+def prefix_cache(model, context_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> PrefixCache:
+    """Run the context once and keep its key/value cache (for :func:`cached_response_logprobs`)."""
+    context_ids = _as_ids(context_ids, "context_ids", 2)
+    mask = torch.ones_like(context_ids) if attention_mask is None else attention_mask.long()
+    if mask.shape != context_ids.shape:
+        raise ValueError(f"attention_mask must have shape {tuple(context_ids.shape)}, got {tuple(mask.shape)}")
+    out = model(input_ids=context_ids, attention_mask=mask, position_ids=position_ids_from_mask(mask), use_cache=True)
+    cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+    if cache is None:
+        raise TypeError(f"{type(model).__name__} returned no key/value cache")
+    return PrefixCache(cache, out.logits[:, -1], mask)
+
+
+def cached_response_logprobs(model, prefix: PrefixCache, responses: torch.Tensor, per_token: bool = False
+                             ) -> torch.Tensor:
+    """:func:`response_logprobs` of ``responses`` (B, Lr) after the cached context, without re-running it.
+
+    A context of batch 1 is shared by every response row. The cache is copied first, so ``prefix`` can be
+    reused for any number of calls.
+    """
+    responses = _as_ids(responses, "responses", 2)
+    if not isinstance(prefix, PrefixCache):
+        raise TypeError(f"prefix must be a PrefixCache from prefix_cache(), got {type(prefix).__name__}")
+    n, nc = responses.shape[0], prefix.attention_mask.shape[0]
+    cache = copy.deepcopy(prefix.cache)
+    mask, last = prefix.attention_mask, prefix.last_logits
+    if nc == 1 and n > 1:
+        cache.batch_repeat_interleave(n)
+        mask, last = mask.expand(n, -1), last.expand(n, -1)
+    elif nc != n:
+        raise ValueError(f"responses has {n} rows but the context has {nc} (give 1 or {n} contexts)")
+    full = torch.cat([mask, torch.ones_like(responses)], dim=1)
+    pos = position_ids_from_mask(full)[:, mask.shape[1]:]
+    logits = model(input_ids=responses, attention_mask=full, position_ids=pos,
+                   **{_cache_kwarg(model): cache}, use_cache=True).logits
+    logits = torch.cat([last.unsqueeze(1), logits[:, :-1]], dim=1)
+    token_lp = torch.log_softmax(logits.float(), -1).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
+    return token_lp if per_token else token_lp.sum(-1)

@@ -8,7 +8,8 @@ import torch
 from torch import nn
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PretrainedConfig
 
-__all__ = ["gpt2_config", "llama_config", "tiny_causal_lm", "LastTokenScorer"]
+__all__ = ["gpt2_config", "llama_config", "tiny_causal_lm", "LastTokenScorer", "last_positions",
+           "position_ids_from_mask"]
 
 
 def _positive_int(value: object, name: str) -> int:
@@ -55,16 +56,49 @@ def llama_config(vocab_size: int, hidden_size: int = 32, n_layer: int = 2, n_hea
 _MODEL_FOR_CONFIG = {GPT2Config: GPT2LMHeadModel, LlamaConfig: LlamaForCausalLM}
 
 
-def tiny_causal_lm(config: PretrainedConfig, seed: int | None = None) -> nn.Module:
-    """A freshly initialised causal LM for ``config`` (GPT-2 or Llama), seeded if ``seed`` is given."""
+def tiny_causal_lm(config: PretrainedConfig, seed: int | None = None,
+                   generator: torch.Generator | None = None) -> nn.Module:
+    """A freshly initialised causal LM for ``config`` (GPT-2 or Llama), in eval mode.
+
+    The weights are drawn from a private random stream: ``seed`` (an int), or a seed drawn from
+    ``generator``. The caller's global torch RNG is left exactly as it was, so several models can be
+    built and trained reproducibly in one notebook. With neither, the global RNG is used (and advanced).
+    """
     cls = _MODEL_FOR_CONFIG.get(type(config))
     if cls is None:
         raise TypeError(f"config must be a GPT2Config or LlamaConfig, got {type(config).__name__}")
-    if seed is not None:
-        torch.manual_seed(seed)
-    model = cls(config)
+    if seed is not None and generator is not None:
+        raise ValueError("give seed or generator, not both")
+    if generator is not None:
+        if not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+        seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+    if seed is None:
+        model = cls(config)
+    else:
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = cls(config)
     model.eval()  # no dropout in the tiny configs; eval() also makes the forward deterministic
     return model
+
+
+def last_positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Index of the last real (mask 1) token of each row, for left or right padding alike."""
+    if attention_mask.ndim != 2:
+        raise ValueError(f"attention_mask must have shape (batch, length), got {tuple(attention_mask.shape)}")
+    if not bool((attention_mask.sum(-1) > 0).all()):
+        raise ValueError("attention_mask has a row without any real token")
+    idx = torch.arange(attention_mask.shape[1], device=attention_mask.device)
+    return (attention_mask.long() * (idx + 1)).argmax(-1)
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    """Position ids that count real tokens only (0 at the first real token), so padding never shifts them."""
+    pos = attention_mask.long().cumsum(-1) - 1 + offset
+    return pos.clamp(min=0)
 
 
 class LastTokenScorer(nn.Module):
@@ -72,7 +106,9 @@ class LastTokenScorer(nn.Module):
 
     The usual reward-model architecture: a transformer trunk (here a copy of ``lm``, so the trunk can be
     initialised from an SFT model without touching it) and a linear head on the final position.
-    ``forward(input_ids)`` returns a tensor of shape ``(batch,)``.
+    ``forward(input_ids, attention_mask=None)`` returns a tensor of shape ``(batch,)``; with a mask
+    (left or right padding) it reads the last real token of each row and counts positions from the
+    first real one, so a padded row scores exactly as the same row unpadded.
     """
 
     def __init__(self, lm: nn.Module, copy_trunk: bool = True) -> None:
@@ -85,8 +121,17 @@ class LastTokenScorer(nn.Module):
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         if input_ids.ndim != 2:
             raise ValueError(f"input_ids must have shape (batch, length), got {tuple(input_ids.shape)}")
-        out = self.lm(input_ids=input_ids, output_hidden_states=True)
-        return self.head(out.hidden_states[-1][:, -1]).squeeze(-1)
+        if attention_mask is None:
+            out = self.lm(input_ids=input_ids, output_hidden_states=True)
+            return self.head(out.hidden_states[-1][:, -1]).squeeze(-1)
+        if attention_mask.shape != input_ids.shape:
+            raise ValueError(f"attention_mask must have shape {tuple(input_ids.shape)}, "
+                             f"got {tuple(attention_mask.shape)}")
+        out = self.lm(input_ids=input_ids, attention_mask=attention_mask,
+                      position_ids=position_ids_from_mask(attention_mask), output_hidden_states=True)
+        last = last_positions(attention_mask)
+        h = out.hidden_states[-1][torch.arange(input_ids.shape[0], device=input_ids.device), last]
+        return self.head(h).squeeze(-1)
