@@ -48,6 +48,7 @@ __all__ = [
     "oracle", "kappa", "mnl_fisher", "OnlineMNLEstimator", "fit_mnl_mle", "thompson_sample_count",
     "Policy", "UCBLCBPolicy", "TSLCBPolicy", "ExploreThenCommit", "CensoringUnawarePricing",
     "POLICY_NAMES", "make_policy", "simulate", "regret_curves", "growth_ratio", "loglog_slope",
+    "curve_statistics", "paired_upper_bound", "seconds_per_round",
 ]
 
 
@@ -214,12 +215,12 @@ class CensoredMNLEnv:
 
     @property
     def v(self) -> np.ndarray:
-        """Valuations :math:`v_i=x_i^\\top\\theta_v`."""
+        r"""Valuations :math:`v_i=x_i^\top\theta_v`."""
         return self.X @ self.theta_v
 
     @property
     def alpha(self) -> np.ndarray:
-        """Price sensitivities :math:`\\alpha_i=w_i^\\top\\theta_\\alpha`."""
+        r"""Price sensitivities :math:`\alpha_i=w_i^\top\theta_\alpha`."""
         return self.W @ self.theta_alpha
 
     def probabilities(self, offered, prices) -> np.ndarray:
@@ -240,7 +241,7 @@ class CensoredMNLEnv:
         return int(c) if c < self.N else -1
 
     def optimum(self) -> tuple[np.ndarray, np.ndarray, float]:
-        """The clairvoyant :math:`(S^*, p^*, R^*)`: ``p* = max(v, 0)`` and exact enumeration of ``S``."""
+        r"""The clairvoyant :math:`(S^*, p^*, R^*)`: ``p* = max(v, 0)`` and exact enumeration of ``S``."""
         if self._opt is None:
             self._opt = oracle(self.v, self.alpha, self.K)
         S, p, R = self._opt
@@ -663,18 +664,24 @@ def simulate(env: CensoredMNLEnv, policy: Policy, T: int, rng: np.random.Generat
 POLICY_NAMES = ("UCBA-LCBP", "TSA-LCBP", "ETC", "censoring-unaware", "UCB-price heuristic")
 
 
-def make_policy(name: str, beta: float = 1.0) -> Policy:
-    """A fresh policy by name (one of :data:`POLICY_NAMES`) with confidence multiplier ``beta``."""
+def make_policy(name: str, beta: float = 1.0, assortment: str = "exact") -> Policy:
+    """A fresh policy by name (one of :data:`POLICY_NAMES`) with confidence multiplier ``beta``.
+
+    ``assortment`` is ``"exact"`` (enumerate every assortment of at most ``K`` products, this book's
+    default) or ``"topk"`` (the official code's shortcut); the censoring-unaware baseline always uses
+    its own top-``K`` rule.
+    """
+    _check_common(beta, 1.0, assortment)
     if name == "UCBA-LCBP":
-        return UCBLCBPolicy(beta=beta)
+        return UCBLCBPolicy(beta=beta, assortment=assortment)
     if name == "TSA-LCBP":
-        return TSLCBPolicy(beta=beta)
+        return TSLCBPolicy(beta=beta, assortment=assortment)
     if name == "ETC":
-        return ExploreThenCommit()
+        return ExploreThenCommit(assortment=assortment)
     if name == "censoring-unaware":
         return CensoringUnawarePricing(beta=beta)
     if name == "UCB-price heuristic":
-        policy = UCBLCBPolicy(beta=beta, pricing="ucb")
+        policy = UCBLCBPolicy(beta=beta, pricing="ucb", assortment=assortment)
         policy.name = name
         return policy
     raise ValueError(f"name must be one of {POLICY_NAMES}, got {name!r}")
@@ -732,3 +739,56 @@ def loglog_slope(cumulative, start: float = 0.25) -> float:
     if keep.sum() < 2:
         raise ValueError("not enough positive points to fit a slope")
     return float(np.polyfit(np.log(t[keep]), np.log(c[keep]), 1)[0])
+
+
+def curve_statistics(cumulative) -> dict:
+    r"""Shape and level of a set of cumulative-regret curves ``(seeds, T)``.
+
+    Returns ``reg_T`` (per-seed :math:`\mathrm{Reg}(T)`), ``mean_T`` (their mean), ``ratio``
+    (:func:`growth_ratio` of the mean curve) and ``slope`` (:func:`loglog_slope` of the mean curve).
+    """
+    c = np.atleast_2d(np.asarray(cumulative, dtype=float))
+    mean = c.mean(axis=0)
+    return {"reg_T": c[:, -1].copy(), "mean_T": float(c[:, -1].mean()),
+            "ratio": float(growth_ratio(mean)[0]), "slope": loglog_slope(mean)}
+
+
+def paired_upper_bound(a, b, z: float = 1.96) -> float:
+    r"""Upper end of the normal ``z``-interval for the mean of the paired differences ``a - b``.
+
+    Negative means ``a`` is smaller than ``b`` with the paper's 95% confidence (its figure draws
+    :math:`\pm1.96` standard errors over repeats). With a single pair the interval is unbounded.
+    """
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.shape != b.shape or a.ndim != 1 or a.size == 0:
+        raise ValueError(f"a and b must be 1-D arrays of the same non-zero length, got {a.shape} and {b.shape}")
+    if not z > 0:
+        raise ValueError(f"z must be > 0, got {z}")
+    diff = a - b
+    if diff.size < 2:
+        return math.inf
+    return float(diff.mean() + z * diff.std(ddof=1) / math.sqrt(diff.size))
+
+
+def seconds_per_round(name: str, N: int, d: int, K: int, rounds: int = 100, beta: float = 1.0,
+                      assortment: str = "exact", seed: int = 0) -> float:
+    """CPU seconds per round of policy ``name`` (policy step plus simulator), measured on a short run.
+
+    Runs ``rounds // 5`` and ``rounds`` rounds on the same market and divides the difference of their
+    CPU times by the difference of their lengths, so the one-off costs of a run (building the
+    assortment table, the oracle) cancel. Used to estimate the cost of the paper's full scale.
+    """
+    import time
+
+    rounds = _positive_int(rounds, "rounds")
+    if rounds < 10:
+        raise ValueError(f"rounds must be >= 10, got {rounds}")
+    env = make_environment(N, d, K, np.random.default_rng(seed))
+    env.optimum()                                    # computed once per market (cached), not per round
+    cpu = []
+    for length in (rounds // 5, rounds):
+        policy = make_policy(name, beta, assortment)
+        start = time.process_time()
+        simulate(env, policy, length, np.random.default_rng(seed + 1000))
+        cpu.append(time.process_time() - start)
+    return max(cpu[1] - cpu[0], 0.0) / (rounds - rounds // 5)

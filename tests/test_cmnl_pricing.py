@@ -262,3 +262,41 @@ def test_bad_inputs_raise_clear_errors(env):
         cp.regret_curves(cp.UCBLCBPolicy, 4, 2, 2, 10, [])
     with pytest.raises(TypeError, match="policy"):
         cp.regret_curves(3, 4, 2, 2, 10, [0])
+
+
+def test_censoring_unaware_regret_is_linear_by_construction():
+    """The baseline's prices exceed every valuation (alpha, v <= 1), so it never sells: regret R* per round."""
+    for seed in range(3):
+        env = cp.make_environment(6, 3, 3, np.random.default_rng(seed))
+        out = cp.simulate(env, cp.CensoringUnawarePricing(), 40, np.random.default_rng(seed + 1))
+        assert np.all(out["censored"] == 1.0)
+        np.testing.assert_allclose(out["regret"], out["revenue_star"])
+
+
+def test_curve_statistics_and_paired_upper_bound():
+    t = np.arange(1, 401, dtype=float)
+    st = cp.curve_statistics(np.vstack([np.sqrt(t), 3 * np.sqrt(t)]))
+    np.testing.assert_allclose(st["reg_T"], [20.0, 60.0])
+    assert st["mean_T"] == pytest.approx(40.0)
+    assert st["ratio"] == pytest.approx(math.sqrt(2) - 1, abs=0.01)
+    assert st["slope"] == pytest.approx(0.5, abs=1e-9)
+    a, b = np.array([1.0, 2.0, 3.0]), np.array([2.0, 4.0, 6.0])
+    diff = a - b
+    assert cp.paired_upper_bound(a, b) == pytest.approx(diff.mean() + 1.96 * diff.std(ddof=1) / math.sqrt(3))
+    assert cp.paired_upper_bound(a, b) < 0 < cp.paired_upper_bound(b, a)
+    assert cp.paired_upper_bound([1.0], [2.0]) == math.inf
+    with pytest.raises(ValueError, match="same"):
+        cp.paired_upper_bound([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError, match="z"):
+        cp.paired_upper_bound(a, b, z=0)
+
+
+def test_seconds_per_round_and_topk_policies():
+    sec = cp.seconds_per_round("UCBA-LCBP", 6, 2, 3, rounds=20)
+    assert 0.0 <= sec < 1.0
+    assert cp.make_policy("UCBA-LCBP", assortment="topk").assortment == "topk"
+    assert cp.make_policy("ETC", assortment="topk").assortment == "topk"
+    with pytest.raises(ValueError, match="rounds"):
+        cp.seconds_per_round("UCBA-LCBP", 6, 2, 3, rounds=5)
+    with pytest.raises(ValueError, match="assortment"):
+        cp.make_policy("TSA-LCBP", assortment="greedy")
