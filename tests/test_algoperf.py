@@ -83,6 +83,21 @@ def test_benchmark_score_closed_form():
     assert s["other"] == pytest.approx(0.75, abs=1e-3)
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_benchmark_score_lies_in_unit_interval(seed):
+    # 0 <= B <= 1 holds by construction (a normalised area under a fraction): a unit test, not a claim
+    rng = np.random.default_rng(seed)
+    t = pd.DataFrame(rng.lognormal(3.0, 1.0, size=(6, 4)), columns=list("abcd"),
+                     index=[f"s{i}" for i in range(6)])
+    t = t.mask(rng.random(t.shape) < 0.2, INF).mask(rng.random(t.shape) < 0.1, np.nan)
+    for tau_max, n in ((4.0, 100), (2.0, 7), (8.0, 1000)):
+        s = benchmark_score(t, tau_max=tau_max, num_points=n)
+        assert ((s >= 0) & (s <= 1)).all(), s
+    # the best-everywhere submission scores exactly 1
+    t.loc["best"] = t.min(skipna=True).fillna(1.0).replace(INF, 1.0) / 2
+    assert benchmark_score(t)["best"] == pytest.approx(1.0)
+
+
 def test_benchmark_score_zero_when_never_reached():
     t = pd.DataFrame({"a": [1.0, INF], "b": [1.0, INF]}, index=["s", "never"])
     assert benchmark_score(t)["never"] == 0.0
