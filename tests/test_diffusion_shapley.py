@@ -397,3 +397,82 @@ def test_coalition_cost_counts_training_and_sampling():
     assert ds.coalition_cost(10, 0, 4, 0, 3) == 0.0
     with pytest.raises(ValueError, match="steps"):
         ds.coalition_cost(10, -1, 4, 5, 3)
+
+
+def test_run_games_cost_ratio_is_fixed_by_the_configuration():
+    """The multiply-add speed-up of sparsified FT over retraining follows from the configuration alone
+    (parameter counts, steps, batch, T, samples): a unit test, not a result of the chapter."""
+    cfg = dict(points_per_contributor=4, T=5, hidden=8, retrain_steps=6, ft_steps=2, recover_steps=1,
+               n_samples=8, batch=4, eval_sizes=(4,))
+    G = ds.run_games(seed=0, **cfg)
+    P_full = (2 + ds.TIME_FEATURES) * 8 + 8 + 8 * 8 + 8 + 8 * 2 + 2
+    P_small = (2 + ds.TIME_FEATURES) * 4 + 4 + 4 * 4 + 4 + 4 * 2 + 2
+    assert G["n_params"] == {"full": P_full, "pruned": P_small}
+    ratio = G["macs"]["retrain"] / G["macs"]["sparsified"]
+    expected = P_full * (3 * 6 * 4 + 5 * 8) / (P_small * (3 * 2 * 4 + 5 * 8))
+    assert ratio == pytest.approx(expected)
+    assert G["macs"]["finetune"] / G["macs"]["sparsified"] == pytest.approx(P_full / P_small)
+
+
+def _tiny_model_and_data(seed=0):
+    X, owner = ds.make_contributors(3, seed=seed)
+    schedule = ds.linear_beta_schedule(10, 1e-4, 0.05)
+    params = ds.init_denoisers(1, 6, seed=seed)
+    return params, X, owner, schedule
+
+
+def test_loss_gradients_match_autograd_point_by_point():
+    params, X, owner, schedule = _tiny_model_and_data()
+    g = torch.Generator().manual_seed(3)
+    t = torch.randint(0, schedule.T, (5,), generator=g)
+    eps = torch.randn(5, 2, generator=g)
+    pts = torch.as_tensor(X[:4])
+    G = ds._loss_gradients(params, pts, schedule, t, eps)
+    assert G.shape == (4, ds.n_params(params))
+    for j in range(4):
+        theta = {k: v.clone().requires_grad_(True) for k, v in params.items()}
+        ab = schedule.alpha_bars[t][:, None]
+        xt = ab.sqrt() * pts[j] + (1 - ab).sqrt() * eps
+        loss = ((ds._forward(theta, xt[None], t[None], schedule.T)[0] - eps) ** 2).mean()
+        loss.backward()
+        ref = torch.cat([theta[k].grad.reshape(-1) for k in sorted(theta)])
+        torch.testing.assert_close(G[j], ref, rtol=1e-4, atol=1e-6)
+
+
+def test_gradient_attribution_aggregates_per_contributor_and_validates():
+    params, X, owner, schedule = _tiny_model_and_data()
+    samples = ds.sample_denoisers(params, 6, schedule, seed=0)[0]
+    for method in ("trak", "cosine"):
+        tau = ds.gradient_attribution(params, X, owner, samples, schedule, method=method, n_draws=4,
+                                      proj_dim=8, seed=1)
+        assert tau.shape == (8,) and np.all(np.isfinite(tau))
+        again = ds.gradient_attribution(params, X, owner, samples, schedule, method=method, n_draws=4,
+                                        proj_dim=8, seed=1)
+        np.testing.assert_array_equal(tau, again)
+    # a contributor's score is the sum of its points' scores: duplicating every point of contributor 0
+    # (as a new, ninth contributor) gives the new contributor the same score
+    X2 = np.concatenate([X, X[owner == 0]])
+    owner2 = np.concatenate([owner, np.full(int((owner == 0).sum()), 8)])
+    cos = ds.gradient_attribution(params, X2, owner2, samples, schedule, method="cosine", n_draws=4, seed=1)
+    assert cos[8] == pytest.approx(cos[0])
+    # cosine scores are bounded by the number of points of each contributor
+    assert np.all(np.abs(cos) <= np.bincount(owner2) + 1e-9)
+    with pytest.raises(ValueError, match="method"):
+        ds.gradient_attribution(params, X, owner, samples, schedule, method="tracin")
+    with pytest.raises(ValueError, match="one model"):
+        ds.gradient_attribution(ds.init_denoisers(2, 6), X, owner, samples, schedule)
+    with pytest.raises(ValueError, match="n_draws"):
+        ds.gradient_attribution(params, X, owner, samples, schedule, n_draws=0)
+
+
+def test_trak_scores_an_exact_copy_of_the_targets_highest():
+    """With the generated samples set to one contributor's own points, TRAK credits that contributor most."""
+    params, X, owner, schedule = _tiny_model_and_data(seed=2)
+    params = ds.train_denoisers(params, X, owner, np.ones((1, 8), bool), schedule, 30, lr=1e-2, batch=8)
+    X = np.asarray(X)
+    hits = 0
+    for i in range(8):
+        tau = ds.gradient_attribution(params, X, owner, X[owner == i], schedule, method="trak", n_draws=16,
+                                      proj_dim=16, damping=1e-2, seed=0)
+        hits += int(np.argmax(tau) == i)
+    assert hits >= 6
