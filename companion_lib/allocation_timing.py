@@ -73,7 +73,7 @@ def _real(value: object, name: str, low: float, high: float, open_low: bool = Fa
 # -- population and signal ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Population:
-    """A population law :math:`\\mathcal D` of failure probabilities, as quadrature nodes and weights.
+    r"""A population law :math:`\mathcal D` of failure probabilities, as quadrature nodes and weights.
 
     Attributes
     ----------
@@ -110,7 +110,7 @@ class Population:
 
     @property
     def sd(self) -> float:
-        """The standard deviation of :math:`p` (the book's inequality measure)."""
+        r"""The standard deviation of :math:`p` (the book's inequality measure)."""
         if self.beta_params is not None:
             a, b = self.beta_params
             return float(np.sqrt(a * b / ((a + b) ** 2 * (a + b + 1))))
@@ -247,7 +247,7 @@ def ranking_risk(pop: Population, h: Signal, t: int, population_epoch: int | Non
 
 
 def ranking_risk_curve(pop: Population, h: Signal, T: int) -> np.ndarray:
-    """:math:`R^t` for ``t = 0..T`` (``R^0 = 1/2``: with no observation every pair is a tie)."""
+    r""":math:`R^t` for ``t = 0..T`` (``R^0 = 1/2``: with no observation every pair is a tie)."""
     T = _int(T, "T")
     return np.array([ranking_risk(pop, h, t) for t in range(T + 1)])
 
@@ -371,7 +371,7 @@ def optimal_over_time(pop: Population, h: Signal, T: int, beta: float, units: in
 
 
 def mean_allocation_epoch(fractions: np.ndarray) -> float:
-    """The budget-weighted mean epoch :math:`\\sum_t t\\,b_t/B` of a split (a summary of its timing)."""
+    r"""The budget-weighted mean epoch :math:`\sum_t t\,b_t/B` of a split (a summary of its timing)."""
     f = np.asarray(fractions, dtype=float)
     if f.ndim != 1 or f.size == 0 or np.any(f < 0) or not np.isclose(f.sum(), 1.0):
         raise ValueError("fractions must be a 1-D array of non-negative numbers summing to 1")
