@@ -46,7 +46,8 @@ __all__ = [
     "corruption_matrix", "corrupt_labels", "corrupt_labels_exactly", "superclass_clusters",
     "linearized_outputs", "linearized_rounds", "block_gram", "block_gram_eigenvalues", "shrink_factors",
     "plurality_margin", "t_star", "BlockModel", "block_model_rounds", "block_model_pll",
-    "noisy_sample_accuracy", "digits_split", "accuracy_by_round", "distillation_gains",
+    "noisy_sample_accuracy", "first_perfect_round", "linearized_noisy_accuracy",
+    "digits_split", "accuracy_by_round", "distillation_gains",
 ]
 
 
@@ -582,6 +583,27 @@ def noisy_sample_accuracy(P, y_true, y_noisy) -> float:
     if not flipped.any():
         raise ValueError("no sample is mislabelled")
     return float(np.mean(P[flipped].argmax(axis=1) == y_true[flipped]))
+
+
+def first_perfect_round(accuracies) -> int | None:
+    """The first round ``t`` whose accuracy on mislabelled inputs is exactly 1 (``None`` if there is none)."""
+    accuracies = np.asarray(accuracies, dtype=float)
+    if accuracies.ndim != 1 or accuracies.size == 0 or np.isnan(accuracies).any():
+        raise ValueError("accuracies must be a non-empty 1-D sequence of numbers, one per round")
+    hits = np.flatnonzero(accuracies == 1.0)
+    return int(hits[0]) if hits.size else None
+
+
+def linearized_noisy_accuracy(G, y_true, y_noisy, K: int, lam: float, rounds: int) -> list[float]:
+    """Accuracy on the mislabelled inputs of the linearised closed form (3), rounds 0..``rounds``.
+
+    This is the ``--approx`` mode of the official numerical study: ``G`` may be any symmetric matrix
+    (for instance :func:`block_gram` with a perturbation ``eps``); no solver is involved.
+    """
+    K = _num_classes(K)
+    y_true = _labels(y_true, "y_true", K)
+    outputs = linearized_rounds(G, one_hot(y_noisy, K), lam, rounds)
+    return [noisy_sample_accuracy(P, y_true, y_noisy) for P in outputs]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -303,3 +303,27 @@ def test_distillation_gains_on_digits_improves_at_high_noise():
 def test_bad_input_raises_clear_errors(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
+
+
+def test_first_perfect_round():
+    assert sd.first_perfect_round([0.0, 0.4, 1.0, 1.0]) == 2
+    assert sd.first_perfect_round([1.0]) == 0
+    assert sd.first_perfect_round([0.0, 0.99]) is None
+    with pytest.raises(ValueError, match="1-D"):
+        sd.first_perfect_round([])
+
+
+def test_linearized_noisy_accuracy_reaches_t_star_without_perturbation():
+    # eps = 0: the linearised closed form is exactly the dynamics behind formula (5), so its first perfect
+    # round is t* (true by construction; a unit test, not a claim of the reproduce page)
+    K, n, c, d = 4, 60, 0.4, 0.1
+    N = K * n
+    lam = (1 - c) / (K * N)
+    G, y = sd.block_gram(K, n, c, d)
+    y_hat = sd.corrupt_labels_exactly(y, sd.corruption_matrix("sym", K, 0.6))
+    _, mu2, mu3 = sd.block_gram_eigenvalues(K, n, c, d)
+    a2, a3 = mu2 / (mu2 + K * N * lam), mu3 / (mu3 + K * N * lam)
+    ts = sd.t_star(sd.plurality_margin(y, y_hat, K), a2, a3)
+    accs = sd.linearized_noisy_accuracy(G, y, y_hat, K, lam, ts + 2)
+    assert len(accs) == ts + 3
+    assert sd.first_perfect_round(accs) == ts
