@@ -125,7 +125,7 @@ def move_probabilities(own, mask, last_col, rank: int, habits: bool = True) -> n
 
     With probability :math:`p_r` the player checks tactics (plays an immediate win if there is one,
     otherwise keeps only moves after which the opponent cannot win at once, when any exist), then
-    samples :math:`\mathrm{softmax}(h_r/	au_r)` over the remaining moves; rank 0 is uniform.
+    samples :math:`\mathrm{softmax}(h_r/\tau_r)` over the remaining moves; rank 0 is uniform.
     """
     if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < N_RANKS:
         raise ValueError(f"rank must be an int in 0..{N_RANKS - 1}, got {rank!r}")
