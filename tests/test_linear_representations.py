@@ -1,0 +1,208 @@
+"""Unit tests of companion_lib.linear_representations (Merullo et al., ICLR 2025, in miniature).
+
+Cross-check of the LRE code: the reference package ``linear-relational`` (0.6.2) cannot be installed
+beside this book's pins (it downgrades transformers to 4.57 and tokenizers to 0.22), so the LRE is
+checked against a hand computation instead: the mean of finite-difference Jacobians and the bias
+formula of Eq. 1, computed coordinate by coordinate through activation patching.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from companion_lib import linear_representations as lr
+from companion_lib.tinylm import capture_activations, patch_activations
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def world():
+    return lr.make_world(n_background=2, n_target=3, n_subjects=8, n_objects=2, intro_step=5, seed=0)
+
+
+@pytest.fixture(scope="module")
+def model(world):
+    return lr.fact_lm(world, seed=0, n_embd=16, n_layer=2, n_head=2)
+
+
+def test_world_layout_and_rates(world):
+    assert world.n_relations == 5 and world.subject_tokens.shape == (5, 8) and world.object_tokens.shape == (5, 2)
+    ids = np.concatenate([world.relation_tokens, world.subject_tokens.ravel(), world.object_tokens.ravel()])
+    assert len(set(ids.tolist())) == ids.size and ids.max() < world.vocab_size
+    assert world.answer_index.tolist() == [0, 1] * 4
+    assert world.background.tolist() == [True, True, False, False, False]
+    assert world.targets.tolist() == [2, 3, 4]
+    med = np.median(world.rates, axis=1)
+    assert med[3] / med[2] == pytest.approx(2, rel=0.6) and med[4] / med[3] == pytest.approx(2, rel=0.6)
+    flat = lr.make_world(n_background=0, n_target=2, jitter=0.0)
+    assert flat.rates[:, 0].tolist() == [1.0, 2.0]
+    with pytest.raises(ValueError, match="n_objects"):
+        lr.make_world(n_subjects=2, n_objects=3)
+    with pytest.raises(ValueError, match="n_target"):
+        lr.make_world(n_target=0)
+
+
+def test_token_stream_facts_and_curriculum(world):
+    stream = lr.token_stream(world, steps=12, batch_size=4, seed=1)
+    assert stream.shape == (12, 4, world.sequence_length())
+    assert (stream[:, :, 0] == world.tokenizer.bos_token_id).all()
+    rel_of = {int(t): r for r, t in enumerate(world.relation_tokens)}
+    answer = {int(s): int(a) for s, a in zip(world.subject_tokens.ravel(), world.answer_tokens.ravel())}
+    for t in range(12):
+        for seq in stream[t].tolist():
+            for k in range(world.facts_per_sequence):
+                rel, subj, obj, dot = seq[1 + 4 * k: 5 + 4 * k]
+                assert answer[subj] == obj and world.tokenizer.decode([dot]) == "."
+                assert t >= world.intro_step or world.background[rel_of[rel]]
+    sf = lr.token_stream(world, steps=2, batch_size=2, seed=1, order="subject-first")
+    assert int(sf[0, 0, 1]) in answer and int(sf[0, 0, 2]) in rel_of
+    assert torch.equal(stream, lr.token_stream(world, steps=12, batch_size=4, seed=1))
+    with pytest.raises(ValueError, match="order"):
+        lr.token_stream(world, 2, 2, order="sideways")
+
+
+def test_fact_prompts(world):
+    p = lr.fact_prompts(world, 2, [0, 3])
+    assert world.tokenizer.decode(p[1]) == "<bos> R2 s2_3"
+    assert world.tokenizer.decode(lr.fact_prompts(world, 2, [3], order="subject-first")[0]) == "<bos> s2_3 R2"
+    with pytest.raises(ValueError, match="relation"):
+        lr.fact_prompts(world, 5)
+    with pytest.raises(ValueError, match="empty"):
+        lr.fact_prompts(world, 0, [])
+    with pytest.raises(ValueError, match="subjects"):
+        lr.fact_prompts(world, 0, [8])
+
+
+def test_subject_ids_rejects_unknown_words(world):
+    assert lr.subject_ids(world.tokenizer, ["s0_1"]) == [int(world.subject_tokens[0, 1])]
+    with pytest.raises(ValueError, match="not in the vocabulary"):
+        lr.subject_ids(world.tokenizer, ["Miles_Davis"])
+
+
+def test_cooccurrence_counts_match_a_loop(world):
+    stream = lr.token_stream(world, steps=10, batch_size=3, seed=2)
+    subj, obj = world.subject_tokens[:, 0], world.answer_tokens[:, 0]
+    pairs, terms = lr.cooccurrence_counts(stream, subj, obj, world.vocab_size, checkpoints=[0, 4, 10])
+    assert pairs.shape == (3, 5) and terms.shape == (3, world.vocab_size)
+    assert (pairs[0] == 0).all()
+    for k, stop in enumerate((0, 4, 10)):
+        seqs = [set(x) for b in stream[:stop].tolist() for x in b]
+        assert pairs[k].tolist() == [sum(a in s and b in s for s in seqs) for a, b in zip(subj, obj)]
+        assert terms[k, world.tokenizer.bos_token_id] == len(seqs)
+    with pytest.raises(ValueError, match="checkpoints"):
+        lr.cooccurrence_counts(stream, subj, obj, world.vocab_size, checkpoints=[11])
+    with pytest.raises(ValueError, match="vocab_size"):
+        lr.cooccurrence_counts(stream, subj, obj, 3, checkpoints=[1])
+
+
+def test_causality_threshold():
+    assert lr.causality_threshold([2, 5, 9, 30], [0.0, 0.3, 0.95, 1.0]) == 9
+    assert lr.causality_threshold([1, 2], [1.0, 1.0]) == 1
+    assert np.isnan(lr.causality_threshold([1, 2], [0.0, 0.5]))
+    with pytest.raises(ValueError, match="level"):
+        lr.causality_threshold([1], [1.0], level=1.0)
+    with pytest.raises(ValueError, match="same size"):
+        lr.causality_threshold([1, 2], [1.0])
+
+
+def test_fit_lre_matches_a_hand_computed_lre(world, model):
+    prompts = lr.fact_prompts(world, 0, [0, 1, 2])
+    layer, top = 1, 2
+    lre = lr.fit_lre(model, prompts, layer)
+    s, o, _ = lr.lm_states(model, prompts, layer)
+    eps, d = 1e-3, 16
+    Js = torch.zeros(3, d, d)
+    for j in range(d):
+        e = torch.zeros(d)
+        e[j] = eps
+        outs = []
+        for sign in (1, -1):
+            with torch.no_grad(), patch_activations(model, layer, s + sign * e, position=-1), \
+                    capture_activations(model, top) as acts:
+                model(input_ids=prompts)
+            outs.append(acts[top][:, -1])
+        Js[:, :, j] = (outs[0] - outs[1]) / (2 * eps)
+    W = Js.mean(0)
+    b = (o - torch.einsum("nij,nj->ni", Js, s)).mean(0)
+    assert torch.allclose(lre.weight, W, atol=2e-3) and torch.allclose(lre.bias, b, atol=2e-3)
+    one = lr.fit_lre(model, prompts[:1], layer)
+    assert torch.allclose(one(s[:1]), o[:1], atol=1e-4)          # exact at its own fitting point
+
+
+def test_lre_input_errors(world, model):
+    prompts = lr.fact_prompts(world, 0, [0, 1])
+    with pytest.raises(ValueError, match="beta"):
+        lr.fit_lre(model, prompts, 1, beta=0.0)
+    with pytest.raises(ValueError, match="empty"):
+        lr.fit_lre(model, prompts[:0], 1)
+    with pytest.raises(ValueError, match="vocabulary"):
+        lr.fit_lre(model, torch.tensor([[2, 3, world.vocab_size]]), 1)
+    with pytest.raises(ValueError, match="layer"):
+        lr.fit_lre(model, prompts, 3)
+    with pytest.raises(ValueError, match="past the sequence"):
+        lr.fit_lre(model, prompts, 1, subject_position=3)
+    with pytest.raises(ValueError, match="rank"):
+        lr.low_rank_pinv(torch.eye(16), 17)
+    with pytest.raises(ValueError, match="beta"):
+        lr.select_beta(model, lr.fit_lre(model, prompts, 1), prompts, [1.0, -2.0])
+
+
+def test_low_rank_pinv_and_exact_edit():
+    g = torch.Generator().manual_seed(0)
+    W = torch.randn(6, 6, generator=g, dtype=torch.float64)
+    assert torch.allclose(lr.low_rank_pinv(W, 6), torch.linalg.pinv(W), atol=1e-8)
+    lre = lr.LRE(W.float(), torch.randn(6, generator=g), layer=1)
+    s, o, o2 = (torch.randn(1, 6, generator=g) for _ in range(3))
+    moved = lre(s + lr.edit_delta(lre, o, o2, 6)) - lre(s)
+    assert torch.allclose(moved, o2 - o, atol=1e-4)
+    u = torch.linalg.svd(W)[0][:, :2].float()
+    assert torch.allclose(lre(s + lr.edit_delta(lre, o, o2, 2)) - lre(s), (o2 - o) @ u @ u.T, atol=1e-4)
+    with pytest.raises(ValueError, match="beta"):
+        lr.LRE(W.float(), torch.zeros(6), 1, beta=-1.0)
+
+
+def test_faithfulness_and_causality_on_an_untrained_model(world, model):
+    prompts = lr.fact_prompts(world, 1)
+    lre = lr.fit_lre(model, prompts[:4], 1)
+    faith = lr.faithfulness(model, lre, prompts)
+    assert faith.dtype == torch.bool and faith.shape == (8,)
+    answers = torch.as_tensor(world.answer_tokens[1])
+    idx = torch.arange(8)
+    hard, soft = lr.causality(model, lre, prompts, idx, idx, answers, answers, rank=8)
+    _, _, logits = lr.lm_states(model, prompts, 1)
+    assert torch.equal(hard, logits.argmax(-1) == answers)            # a null edit changes nothing
+    assert not soft.any()                                             # p(o') > p(o) is false when o' = o
+    src, tgt = lr.edit_pairs(world.answer_index)
+    assert len(src) == 8 and all(world.answer_index[s] != world.answer_index[t] for s, t in zip(src, tgt))
+    beta = lr.select_beta(model, lre, prompts, [1.0, 2.0])
+    rank = lr.select_rank(model, lre, prompts, src, tgt, answers[src], answers[tgt], [2, 4])
+    assert beta in (1.0, 2.0) and rank in (2, 4)
+    with pytest.raises(ValueError, match="source and target"):
+        lr.causality(model, lre, prompts, idx, idx[:2], answers, answers, rank=4)
+
+
+def test_regression_beats_mean_baseline_on_learnable_data():
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 5, (60, 2))
+    y = 2 * x[:, 0] + 0.1 * rng.standard_normal(60)
+    groups = np.repeat(np.arange(6), 10)
+    rf = lr.regression_scores(y, lr.loro_predictions(x, y, groups, n_estimators=20))
+    mean = lr.regression_scores(y, lr.mean_baseline_predictions(y, groups))
+    assert rf["mae_ln"] < 0.5 * mean["mae_ln"] and 0 <= rf["within_2x"] <= 1
+    assert lr.regression_scores(np.zeros(2), np.array([np.log(3), 0.0])) == {
+        "mae_ln": pytest.approx(np.log(3) / 2), "within_2x": 0.5, "within_10x": 1.0}
+    with pytest.raises(ValueError, match="two groups"):
+        lr.loro_predictions(x, y, np.zeros(60))
+
+
+def test_experiment_end_to_end_is_deterministic():
+    kw = dict(steps=12, batch_size=8, checkpoints=(6, 12), n_embd=16, n_layer=2, layer=1, intro_step=3)
+    a = lr.lre_experiment(0, **kw)
+    b = lr.lre_experiment(0, **kw)
+    ex = a["examples"]
+    assert len(ex) == 2 * 12 * 8 and set(lr.FEATURES_LM + lr.FEATURES_LRE + ["cooc"]) <= set(ex.columns)
+    assert ex.equals(b["examples"]) and a["losses"] == b["losses"] and sorted(a["states"]) == [6, 12]
+    assert (ex[ex.step == 12].cooc.to_numpy() >= ex[ex.step == 6].cooc.to_numpy()).all()
+    rel = lr.relation_table(ex)
+    assert len(rel) == 2 * 12
