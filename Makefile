@@ -13,11 +13,11 @@ PIPFILTER := 2>&1 | { grep -v "is ignored: it is neither a file nor a directory"
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: help book book-student assignments test structure structure-locked notebooks reseed clean venv check-python
+.PHONY: help book site book-student assignments test structure structure-locked notebooks reseed clean venv check-python
 
 help:
 	@echo "make book   build the website into $(BUILD)/html, executing every chapter"
-	@echo "make test   unit tests + every chapter notebook under nbval + a structure-only book build"
+	@echo "make test   unit tests, every chapter notebook under nbval, the website built from that run, the site check"
 	@echo "make notebooks  refresh the Colab .ipynb copies of the chapter notebooks"
 	@echo "make assignments  nbgrader student releases of every chapter's exercises"
 	@echo "make book-student  the website with solutions hidden"
@@ -45,19 +45,34 @@ venv: $(STAMP)
 # The website. The execution cache is keyed on the companion library's source as well as on the
 # notebooks' code cells, so a library change re-executes every chapter instead of serving stale output.
 book: $(STAMP)
-	@$(PY) -m companion_lib.common.buildtools invalidate-cache --cache $(BUILD)/.jupyter_cache
-	$(VENV)/bin/jupyter-book build . --path-output . --warningiserror --keep-going
-	@echo "website: $(BUILD)/html/index.html"
+	@$(PY) -m companion_lib.common.buildtools invalidate-cache --cache $(BUILD)/.jupyter_cache --doctrees $(BUILD)/.doctrees
+	@$(MAKE) --no-print-directory site
 
-# Everything CI checks. Notebooks run in place from their .md sources on $(JOBS) workers, each in a
-# fresh kernel of this environment (its working folder is the notebook's, hence absolute paths); the
-# disk cache they share is emptied first so nothing is stale.
+# Everything CI checks, executing every notebook once:
+# 1. a structure-only build (every page, reference and citation resolves; nothing executed);
+# 2. unit tests and every chapter notebook under nbval, in place from its .md source, on $(JOBS) workers,
+#    each in a fresh kernel of this environment (its working folder is the notebook's, hence absolute
+#    paths), with an empty disk cache; each executed notebook is kept with its outputs;
+# 3. those notebooks fill the book's execution cache (keyed as myst-nb keys them), and the website is
+#    built from it: nothing is executed twice, and check-served fails if the build had to execute;
+# 4. the site check reads the built HTML as a reader would (tests/test_site.py).
 test: $(STAMP)
-	@rm -rf $(BUILD)/test-cache $(BUILD)/test-claims
+	@rm -rf $(BUILD)/test-cache $(BUILD)/test-claims $(BUILD)/test-executed
 	@$(MAKE) --no-print-directory structure
 	BOOK_CACHE_DIR=$(CURDIR)/$(BUILD)/test-cache BOOK_CLAIMS_DIR=$(CURDIR)/$(BUILD)/test-claims BOOK_REQUIRE_STRUCTURE=1 \
 	  $(PY) -m pytest -n $(JOBS) --dist loadscope --nbval-lax --nbval-current-env \
-	  --nbval-cell-timeout=900 --runtime-report=$(BUILD)/runtime.json tests chapters
+	  --nbval-cell-timeout=900 --runtime-report=$(BUILD)/runtime.json \
+	  -p tests.executed_plugin --store-executed=$(BUILD)/test-executed tests chapters
+	$(PY) -m companion_lib.common.buildtools cache-executed --executed $(BUILD)/test-executed --cache $(BUILD)/.jupyter_cache
+	@$(MAKE) --no-print-directory site SITEFLAGS=--all
+	$(PY) -m companion_lib.common.buildtools check-served --cache $(BUILD)/.jupyter_cache
+	BOOK_REQUIRE_SITE=1 BOOK_SITE_CLAIMS=$(CURDIR)/$(BUILD)/test-claims $(PY) -m pytest -p no:cacheprovider -q tests/test_site.py
+
+# The website from the execution cache as it stands (`make book` without emptying it first). A notebook
+# that errors stops the build with the page's path and the failing cell's source and traceback.
+site: $(STAMP)
+	$(VENV)/bin/jupyter-book build . --path-output . --warningiserror --keep-going $(SITEFLAGS)
+	@echo "website: $(BUILD)/html/index.html"
 
 # A structure-only build of the book: every page, cross-reference and citation must resolve,
 # warnings are errors, nothing is executed.
@@ -90,7 +105,7 @@ assignments: $(STAMP)
 # The student edition of the website: solutions hidden, exercises not executed, other chapters
 # served from the main build's execution cache when `make book` ran before.
 book-student: $(STAMP)
-	@$(PY) -m companion_lib.common.buildtools invalidate-cache --cache $(BUILD)/.jupyter_cache
+	@$(PY) -m companion_lib.common.buildtools invalidate-cache --cache $(BUILD)/.jupyter_cache --doctrees $(BUILD)/.doctrees
 	$(PY) -m companion_lib.common.buildtools student-source --out $(BUILD)/student-src --cache $(BUILD)/.jupyter_cache
 	$(VENV)/bin/jupyter-book build $(BUILD)/student-src --path-output $(BUILD)/student --warningiserror --keep-going
 	@echo "student edition: $(BUILD)/student/_build/html/index.html"

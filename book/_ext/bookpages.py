@@ -96,37 +96,6 @@ def _table(headers, rows, cls, row_attrs=None) -> str:
 
 
 # -- claims, as the reproduce pages render them ------------------------------------------------------
-def parse_claims_html(text: str) -> list[dict] | None:
-    """The rows of the last ``claims-table`` in ``text`` (HTML), or None when there is none.
-
-    Each row: ``claim``, ``paper``, ``book``, ``criterion``, ``kind`` and ``outcome`` (and ``reason``),
-    as :meth:`companion_lib.common.ClaimTable._repr_html_` writes them.
-    """
-    from bs4 import BeautifulSoup
-
-    soup = BeautifulSoup(text, "html.parser")
-    tables = soup.select("table.claims-table")
-    if not tables:
-        return None
-    rows = []
-    for tr in tables[-1].select("tbody > tr"):
-        cells = tr.find_all("td", recursive=False)
-        if len(cells) != 5:
-            continue
-        kind = next((c.removeprefix("claim-") for c in tr.get("class", []) if c.startswith("claim-")), "")
-        result = cells[4]
-        small = result.find("small")
-        reason = small.get_text(" ", strip=True) if small else ""
-        if small:
-            small.extract()
-        mark = result.get_text(" ", strip=True)
-        outcome = next((o for o in sorted(OUTCOMES, key=len, reverse=True) if o in mark), mark)
-        rows.append({"claim": cells[0].get_text(" ", strip=True), "paper": cells[1].get_text(" ", strip=True),
-                     "book": cells[2].get_text(" ", strip=True), "criterion": cells[3].get_text(" ", strip=True),
-                     "kind": kind, "outcome": outcome, "reason": reason})
-    return rows
-
-
 def _collect_claims(app, doctree) -> None:
     env = app.env
     match = _REPRODUCE.match(env.docname)
@@ -136,6 +105,8 @@ def _collect_claims(app, doctree) -> None:
     for node in doctree.findall(nodes.raw):
         if "claims-table" in node.astext():
             found = node.astext()
+    from companion_lib.common.sitecheck import parse_claims_html
+
     rows = parse_claims_html(found) if found else None
     if not hasattr(env, "bookpages_claims"):
         env.bookpages_claims = {}
@@ -229,9 +200,11 @@ class ClaimsScoreboard(SphinxDirective):
                                      "claims-scoreboard"))
         n_claims = sum(totals.values())
         intro = (f'<p class="scoreboard-totals" data-claims="{n_claims}" data-missing="{missing}">'
-                 f"<strong>{n_claims}</strong> claims in {len(summary_rows) - missing} chapters: "
+                 f"<strong>{n_claims}</strong> claims in {len(summary_rows) - missing} "
+                 + ("chapter" if len(summary_rows) - missing == 1 else "chapters") + ": "
                  + ", ".join(f"<strong>{totals[o]}</strong> {html.escape(o)}" for o in OUTCOMES)
-                 + f"; claims of <strong>{missing}</strong> chapters missing from this build.</p>"
+                 + f"; claims of <strong>{missing}</strong> "
+                 + ("chapter" if missing == 1 else "chapters") + " missing from this build.</p>"
                  + f"<p>{_bar_svg(totals, width=480, height=18)}</p>"
                  + '<p class="scoreboard-legend">'
                  + " ".join(f'<span style="color:{c}">■</span> {html.escape(label)}' for label, c in OUTCOME_STYLE.values())

@@ -3,6 +3,9 @@
 * ``invalidate-cache``: empty Jupyter Book's execution cache when the companion library changed.
   jupyter-cache keys notebooks on their code cells only, so without this a library change would be
   served from stale outputs.
+* ``cache-executed``: put the notebooks that ``make test`` executed under nbval into the book's execution
+  cache, so that the book build serves them instead of executing everything twice; ``check-served``
+  fails when the build had to execute a notebook itself.
 * ``sync-notebooks``: write the Colab copy (``.ipynb``, no outputs, deterministic cell ids) of every
   chapter notebook next to its MyST source, after putting the one Colab setup cell (built from
   ``_config.yml``'s repository URL and the package version) at the top of every notebook.
@@ -24,17 +27,19 @@ from .cache import library_fingerprint
 
 __all__ = ["invalidate_cache", "chapter_notebooks", "colab_setup_source", "paired_notebook",
            "sync_notebooks", "strip_solutions", "solution_snippets", "make_assignments", "run_nbgrader",
-           "make_student_source"]
+           "make_student_source", "cache_executed", "executed_during_build"]
 
 _STAMP = "companion_lib.fingerprint"
 SETUP_MARKER = 'if "google.colab" in sys.modules:'
 
 
 # -- execution cache ---------------------------------------------------------------------------------
-def invalidate_cache(cache: Path) -> bool:
+def invalidate_cache(cache: Path, also: tuple[Path, ...] = ()) -> bool:
     """Remove ``cache`` if it was filled under another library fingerprint; return True if removed.
 
-    The current fingerprint is stored next to the cache (``<cache>.companion_lib.fingerprint``).
+    The current fingerprint is stored next to the cache (``<cache>.companion_lib.fingerprint``). The
+    folders in ``also`` (Sphinx's saved environment, ``_build/.doctrees``) go with it, so that pages whose
+    source did not change are re-read and shown with the new outputs.
     """
     cache = Path(cache)
     stamp = cache.with_name(cache.name + "." + _STAMP)
@@ -42,6 +47,8 @@ def invalidate_cache(cache: Path) -> bool:
     removed = False
     if cache.exists() and (not stamp.exists() or stamp.read_text().strip() != current):
         shutil.rmtree(cache)
+        for folder in also:
+            shutil.rmtree(folder, ignore_errors=True)
         removed = True
     stamp.parent.mkdir(parents=True, exist_ok=True)
     stamp.write_text(current + "\n")
@@ -253,11 +260,76 @@ def make_student_source(root: Path, out: Path, cache: Path | None = None) -> Pat
     return out
 
 
+# -- the test run's executed notebooks serve the book build -------------------------------------
+EXECUTED_KEY = "iclr2025_executed"  # notebook metadata written by tests/executed_plugin.py
+
+
+def _code_sources(nb) -> list[str]:
+    return [c.source for c in nb.cells if c.cell_type == "code"]
+
+
+def cache_executed(executed: Path, cache: Path, root: Path = Path(".")) -> list[Path]:
+    """Add the notebooks executed by ``make test`` (``tests/executed_plugin.py``) to the book's cache.
+
+    Each ``executed/<chapters/...>.ipynb`` is myst-nb's reading of a MyST source plus the outputs nbval
+    collected. It is stored in the jupyter-cache at ``cache`` under the same hash myst-nb computes for
+    the source (code cells and kernelspec), so ``jupyter-book build`` serves the page from the cache
+    instead of executing it again. A notebook whose source changed since it ran is not added. The cache
+    is first emptied if it was filled under another library fingerprint. Returns the sources added;
+    writes ``<cache>.served-since`` (the time of this call) for :func:`executed_during_build`.
+    """
+    import time
+
+    import nbformat
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+    from myst_nb.core.read import read_myst_markdown_notebook
+
+    root, executed, cache = Path(root).resolve(), Path(executed), Path(cache)
+    invalidate_cache(cache, (cache.parent / ".doctrees",))
+    store = get_cache(str(cache))
+    added = []
+    for path in sorted(executed.rglob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        meta = nb.metadata.pop(EXECUTED_KEY, None) or {}
+        md = root / meta.get("source", "")
+        if not meta or not md.is_file():
+            print(f"cache-executed: skipped {path} (no source recorded, or the source is gone)")
+            continue
+        current = read_myst_markdown_notebook(md.read_text(encoding="utf-8"), path=str(md))
+        if _code_sources(current) != _code_sources(nb):
+            print(f"cache-executed: skipped {md.relative_to(root)} (its code changed after the test run)")
+            continue
+        store.cache_notebook_bundle(CacheBundleIn(nb, str(md), data={"execution_seconds": meta.get("seconds")}),
+                                    check_validity=False, overwrite=True)
+        added.append(md)
+    cache.with_name(cache.name + ".served-since").write_text(f"{time.time()}\n")
+    return added
+
+
+def executed_during_build(cache: Path) -> list[str]:
+    """Notebooks that the book build had to execute (cache records newer than :func:`cache_executed`)."""
+    from datetime import timezone
+
+    from jupyter_cache import get_cache
+
+    cache = Path(cache)
+    since = float(cache.with_name(cache.name + ".served-since").read_text().strip())
+    late = []
+    for record in get_cache(str(cache)).list_cache_records():
+        created = record.created
+        stamp = (created.replace(tzinfo=timezone.utc) if created.tzinfo is None else created).timestamp()
+        if stamp > since:
+            late.append(record.uri)
+    return sorted(late)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m companion_lib.common.buildtools")
     sub = parser.add_subparsers(dest="command", required=True)
     inv = sub.add_parser("invalidate-cache", help="empty the execution cache after a library change")
     inv.add_argument("--cache", type=Path, required=True)
+    inv.add_argument("--doctrees", type=Path, default=None, help="Sphinx's saved environment, removed with the cache")
     syn = sub.add_parser("sync-notebooks", help="update setup cells and the Colab .ipynb copies")
     syn.add_argument("--root", type=Path, default=Path("."))
     syn.add_argument("--check", action="store_true", help="only list what is out of date; exit 1 if anything is")
@@ -268,7 +340,24 @@ def main(argv: list[str] | None = None) -> int:
     stu.add_argument("--root", type=Path, default=Path("."))
     stu.add_argument("--out", type=Path, required=True)
     stu.add_argument("--cache", type=Path, default=None)
+    cex = sub.add_parser("cache-executed", help="serve the book build from the notebooks make test executed")
+    cex.add_argument("--root", type=Path, default=Path("."))
+    cex.add_argument("--executed", type=Path, required=True)
+    cex.add_argument("--cache", type=Path, required=True)
+    srv = sub.add_parser("check-served", help="fail if the book build executed a notebook itself")
+    srv.add_argument("--cache", type=Path, required=True)
     args = parser.parse_args(argv)
+    if args.command == "cache-executed":
+        added = cache_executed(args.executed, args.cache, args.root)
+        print(f"cache-executed: {len(added)} notebooks executed by the test run now serve the book build")
+        return 0
+    if args.command == "check-served":
+        late = executed_during_build(args.cache)
+        for uri in late:
+            print(f"check-served: the book build executed {uri} again (not served from the test run)")
+        if not late:
+            print("check-served: every notebook page was served from the test run's outputs")
+        return 1 if late else 0
     if args.command == "assignments":
         for path in make_assignments(args.root, args.out):
             print(f"released: {path}")
@@ -277,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"student edition sources: {make_student_source(args.root, args.out, args.cache)}")
         return 0
     if args.command == "invalidate-cache":
-        if invalidate_cache(args.cache):
+        if invalidate_cache(args.cache, (args.doctrees,) if args.doctrees else ()):
             print(f"companion_lib changed: emptied the execution cache {args.cache}")
         return 0
     if args.command == "sync-notebooks":
