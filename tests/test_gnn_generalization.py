@@ -258,3 +258,11 @@ def test_run_experiment_row():
     assert row["gap"] == pytest.approx(row["test_loss"] - row["train_loss"])
     assert row["lip_f"] <= row["B_over_S"] + 1e-9
     assert row["bound"] > row["bound_code"] > 0
+
+
+def test_vc_bound_formula():
+    lam = np.array([[0.0, 1.0], [0.0, 1.0], [1.0, 0.0], [2.0, 0.0]])
+    assert gg.n_distinct(lam) == 3
+    assert gg.vc_bound(lam, 0.1) == pytest.approx(math.sqrt((3 * (math.log(8 / 3) + 1) - math.log(0.025)) / 4))
+    # the paper's ENZYMES value: 540 training graphs, all distinguished, gives about 1.30
+    assert gg.vc_bound(np.arange(540.0)[:, None], 0.1) == pytest.approx(1.302, abs=0.005)

@@ -27,7 +27,9 @@ from .bound import (
     k_variance,
     kvariance_bound,
     lipschitz_constant,
+    n_distinct,
     separation,
+    vc_bound,
     wasserstein1,
     wasserstein1_from_cost,
 )
@@ -45,7 +47,7 @@ from .wl import wl_colors, wl_histograms
 __all__ = [
     "PATTERNS", "BoundTerms", "GraphBatch", "GraphDataset", "MPNN", "TrainResult",
     "brute_force_rooted_hom", "concentration_separation", "diameter", "k_variance", "kvariance_bound",
-    "lipschitz_constant", "make_batch", "make_dataset", "margin_loss", "pattern_graph",
+    "lipschitz_constant", "make_batch", "n_distinct", "vc_bound", "make_dataset", "margin_loss", "pattern_graph",
     "rooted_hom_counts", "run_experiment", "separation", "train_mpnn", "wasserstein1",
     "wasserstein1_from_cost", "wl_colors", "wl_histograms",
 ]

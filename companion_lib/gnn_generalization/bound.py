@@ -25,7 +25,8 @@ import ot
 from scipy.spatial.distance import cdist, pdist
 
 __all__ = ["wasserstein1", "wasserstein1_from_cost", "k_variance", "lipschitz_constant", "separation",
-           "diameter", "kvariance_bound", "BoundTerms", "concentration_separation", "check_embeddings"]
+           "diameter", "kvariance_bound", "BoundTerms", "concentration_separation", "check_embeddings",
+           "n_distinct", "vc_bound"]
 
 
 def check_embeddings(X, name: str) -> np.ndarray:
@@ -242,3 +243,22 @@ def concentration_separation(lam, y, half: int, rng: np.random.Generator, n_repe
     out = {"intra": float(np.mean(intra)), "inter": float(np.mean(inter))}
     out["ratio"] = out["intra"] / out["inter"]
     return out
+
+
+def n_distinct(lam) -> int:
+    """The number of different embeddings among the rows of ``lam`` (graphs the encoder tells apart)."""
+    lam = check_embeddings(lam, "lam")
+    return int(len(np.unique(lam, axis=0)))
+
+
+def vc_bound(lam, delta: float = 0.1) -> float:
+    r"""The VC comparison of Appendix E: $\sqrt{(D(\ln(2|S|/D)+1) - \ln(\delta/4))/|S|}$.
+
+    $D$ is the number of training graphs that the WL encoder ``lam`` distinguishes, $|S|$ the
+    number of training graphs.
+    """
+    lam = check_embeddings(lam, "lam")
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+    D, S = n_distinct(lam), len(lam)
+    return float(math.sqrt((D * (math.log(2 * S / D) + 1) - math.log(delta / 4)) / S))

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .bound import BoundTerms, kvariance_bound, lipschitz_constant, separation, diameter
+from .bound import diameter, kvariance_bound, n_distinct, separation, vc_bound
 from .graphs import GraphDataset, check_graphs, make_dataset, rooted_hom_counts
 from .wl import wl_histograms
 
@@ -156,4 +156,5 @@ def run_experiment(seed: int, layers: int, *, normalize: bool = False, patterns=
             "gap": res.gap, "train_loss": res.train_loss, "test_loss": res.test_loss,
             "train_acc": res.train_acc, "test_acc": res.test_acc,
             "bound": paper.bound, "bound_code": code.bound, "lip_f": paper.lip_f, "w1": paper.mean_w1,
-            "n_colours": lam.shape[1], "B_over_S": diameter(res.phi_train) / separation(lam)}
+            "n_colours": lam.shape[1], "n_distinct": n_distinct(lam), "vc_bound": vc_bound(lam, delta),
+            "B_over_S": diameter(res.phi_train) / separation(lam)}
