@@ -1,0 +1,473 @@
+r"""Hallucination heads: modular attribution and intervention (Yang, Li, Cao and Xu, ICLR 2025).
+
+*Understanding and Mitigating Hallucination in Large Vision-Language Models via Modular Attribution and
+Intervention.* The paper's argument, and the functions here that compute each step:
+
+1. **Causal mediation by counterfactual ablation.** At a generated object token :math:`y_t` with
+   probability :math:`p_t=p_\theta(y_t\mid v,x_{<t})`, zero the output of a component :math:`m` (a whole
+   attention block, a whole MLP, or one head) and recompute it; the indirect effect is
+   :math:`\Delta_m(t)=p_t-p^{\setminus m}_t` (:func:`ablation_effects`, :func:`module_mediation`).
+2. **Head attribution.** The contrastive score of head :math:`(l,h)` over hallucinated tokens
+   :math:`\mathcal H` and correctly mentioned tokens :math:`\mathcal N`,
+   :math:`S(l,h)=\overline{\Delta_{(l,h)}}^{\mathcal H}-\overline{\Delta_{(l,h)}}^{\mathcal N}`
+   (:func:`head_scores`); hallucination heads are its top :math:`k` (:func:`top_heads`).
+3. **Text-attention bias** (Fig. 3): the attention mass of a head at the query that predicts an object,
+   on the image block :math:`a^{\mathrm{img}}` and on the post-image text :math:`a^{\mathrm{txt}}`
+   (:func:`attention_mass`).
+4. **Inheritance from the base LM** (Fig. 4): cosine similarity of each head's caption-block attention
+   map in the VLM and in the base LM (:func:`attention_similarity`).
+5. **Slow change during tuning** (Fig. 5): row-wise Jensen-Shannon divergence of each head's attention
+   from the post-alignment model (:func:`js_drift`).
+6. **Interventions**: re-weighting the text attention of chosen heads (Fig. 6a), adaptive deactivation
+   AD-HH (both in :mod:`companion_lib.tinyvlm.hooks`, evaluated with :func:`caption_chair`), and
+   targeted fine-tuning TF-HH of the heads' query/key rows with an attention loss (:func:`targeted_finetune`).
+"""
+
+from __future__ import annotations
+
+import copy
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from .tinyvlm.hooks import check_heads, head_mask, module_ablation, record_attention
+from .tinyvlm.model import IMAGE_SLICE, TEXT_START, TinyVLM, as_patches, caption_batch, greedy_captions
+from .tinyvlm.world import OBJECTS, TOKEN_ID, VOCAB, chair, object_id
+
+__all__ = [
+    "ObjectTokens", "object_tokens", "token_probs", "ablation_effects", "head_components",
+    "module_components", "module_mediation", "head_scores", "top_heads", "random_heads", "attention_mass",
+    "attention_similarity", "js_divergence", "js_drift", "caption_chair", "targeted_finetune",
+    "relative_reduction", "Experiment", "choose_tau", "run_experiment", "head_mean",
+]
+
+
+@dataclass
+class ObjectTokens:
+    """Teacher-forced captions with their object tokens marked.
+
+    ``ids``/``labels`` come from :func:`~companion_lib.tinyvlm.caption_batch`; ``mask[i, t]`` is True where
+    ``labels[i, t]`` is an object word, ``hallucinated[i, t]`` where that word is absent from image ``i``.
+    """
+
+    patches: torch.Tensor
+    ids: torch.Tensor
+    labels: torch.Tensor
+    mask: np.ndarray
+    hallucinated: np.ndarray
+    captions: list
+    truths: list
+
+    @property
+    def n_hallucinated(self) -> int:
+        return int(self.hallucinated.sum())
+
+    @property
+    def n_real(self) -> int:
+        return int((self.mask & ~self.hallucinated).sum())
+
+
+def object_tokens(images, captions: list, truths: list, only_hallucinated_captions: bool = True) -> ObjectTokens:
+    r"""Mark the object tokens of generated ``captions`` (lists of words) of ``images``.
+
+    As in the paper, only captions with at least one hallucination (:math:`\mathrm{CHAIR}_s=1`) are kept by
+    default; their hallucinated words form :math:`\mathcal H` and their correct words :math:`\mathcal N`.
+    """
+    if len(captions) != len(truths) or len(captions) != len(images):
+        raise ValueError("images, captions and truths must have the same length")
+    keep = []
+    for i, (cap, truth) in enumerate(zip(captions, truths)):
+        if not cap:
+            continue
+        for w in cap:
+            object_id(w)
+        if only_hallucinated_captions and not (set(cap) - set(truth)):
+            continue
+        keep.append(i)
+    if not keep:
+        raise ValueError("no caption qualifies (none is non-empty with a hallucination)")
+    seqs = [[TOKEN_ID["describe"]] + [TOKEN_ID[w] for w in captions[i]] + [TOKEN_ID["."]] for i in keep]
+    ids, labels = caption_batch(seqs)
+    obj_ids = torch.tensor([TOKEN_ID[w] for w in OBJECTS])
+    mask = torch.isin(labels, obj_ids).numpy()
+    hal = np.zeros_like(mask)
+    for r, i in enumerate(keep):
+        truth = set(truths[i])
+        for t, w in enumerate(captions[i]):
+            hal[r, t] = w not in truth
+    images = np.asarray(images)[keep]
+    return ObjectTokens(patches=as_patches(images), ids=ids, labels=labels, mask=mask, hallucinated=hal & mask,
+                        captions=[captions[i] for i in keep], truths=[truths[i] for i in keep])
+
+
+@torch.no_grad()
+def token_probs(model: TinyVLM, data: ObjectTokens, context=None) -> np.ndarray:
+    r""":math:`p_\theta(y_t\mid v, x_{<t})` at every text position (``(n, T)``), under an optional
+    intervention ``context`` (a context manager, e.g. :func:`~companion_lib.tinyvlm.head_mask`)."""
+    model.eval()
+    with (context if context is not None else nullcontext()):
+        logits = model(data.ids, patches=data.patches).logits[:, TEXT_START:TEXT_START + data.ids.shape[1]]
+    probs = torch.softmax(logits.float(), -1)
+    target = data.labels.clamp(min=0)
+    return probs.gather(-1, target[..., None])[..., 0].numpy()
+
+
+def head_components(model) -> list:
+    """Every head as a component ``("head", l, h)``."""
+    return [("head", l, h) for l in range(model.n_layers) for h in range(model.n_heads)]
+
+
+def module_components(model) -> list:
+    """Every layer's attention block and MLP as components ``("mha", l)`` and ``("mlp", l)``."""
+    return [(kind, l) for l in range(model.n_layers) for kind in ("mha", "mlp")]
+
+
+def _context(model, component):
+    kind = component[0]
+    if kind == "head":
+        return head_mask(model, [(component[1], component[2])])
+    if kind in ("mha", "mlp"):
+        return module_ablation(model, component[1], kind)
+    raise ValueError(f"unknown component {component!r}")
+
+
+def ablation_effects(model: TinyVLM, data: ObjectTokens, components: list) -> np.ndarray:
+    r"""Indirect effects :math:`\Delta_m(t)=p_t-p_t^{\setminus m}` of zero-ablating each component, at
+    every object token: an array ``(len(components), n_object_tokens)`` in the order of ``data.mask``."""
+    base = token_probs(model, data)[data.mask]
+    out = np.empty((len(components), base.size))
+    for i, comp in enumerate(components):
+        out[i] = base - token_probs(model, data, _context(model, comp))[data.mask]
+    return out
+
+
+def module_mediation(model: TinyVLM, data: ObjectTokens) -> dict:
+    r"""Mean :math:`\Delta` on hallucinated and on real object tokens of every layer's MHA and MLP:
+    arrays of shape ``(n_layers,)`` under keys ``mha_hal``, ``mlp_hal``, ``mha_real``, ``mlp_real``."""
+    comps = module_components(model)
+    eff = ablation_effects(model, data, comps)
+    hal = data.hallucinated[data.mask]
+    out = {}
+    for kind in ("mha", "mlp"):
+        rows = [i for i, c in enumerate(comps) if c[0] == kind]
+        out[f"{kind}_hal"] = eff[rows][:, hal].mean(1)
+        out[f"{kind}_real"] = eff[rows][:, ~hal].mean(1)
+    return out
+
+
+def head_scores(model: TinyVLM, data: ObjectTokens) -> np.ndarray:
+    r"""The contrastive attribution :math:`S(l,h)` of every head, shape ``(n_layers, n_heads)``."""
+    if data.n_hallucinated == 0 or data.n_real == 0:
+        raise ValueError("data needs both hallucinated and real object tokens")
+    eff = ablation_effects(model, data, head_components(model))
+    hal = data.hallucinated[data.mask]
+    s = eff[:, hal].mean(1) - eff[:, ~hal].mean(1)
+    return s.reshape(model.n_layers, model.n_heads)
+
+
+def top_heads(scores: np.ndarray, k: int, largest: bool = True) -> list:
+    """The ``k`` heads ``(layer, head)`` with the largest (or smallest) scores, best first."""
+    scores = np.asarray(scores)
+    if scores.ndim != 2:
+        raise ValueError(f"scores must be a (layers, heads) array, got shape {scores.shape}")
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= scores.size:
+        raise ValueError(f"k must be an int in [1, {scores.size}], got {k!r}")
+    flat = np.argsort(-scores.ravel() if largest else scores.ravel(), kind="stable")[:k]
+    return [tuple(int(v) for v in np.unravel_index(i, scores.shape)) for i in flat]
+
+
+def random_heads(rng: np.random.Generator, k: int, n_layers: int, n_heads: int, exclude=()) -> list:
+    """``k`` distinct random heads, none of them in ``exclude``."""
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+    pool = [(l, h) for l in range(n_layers) for h in range(n_heads) if (l, h) not in set(map(tuple, exclude))]
+    if not 1 <= k <= len(pool):
+        raise ValueError(f"k must be in [1, {len(pool)}], got {k}")
+    return [pool[i] for i in rng.choice(len(pool), size=k, replace=False)]
+
+
+@torch.no_grad()
+def attention_mass(model: TinyVLM, data: ObjectTokens, tokens: str = "all") -> dict:
+    r"""Fig. 3: mean attention mass on the image block, :math:`a^{\mathrm{img}}=\sum_{j\in\mathcal I}A_{q,j}`,
+    and on the post-image text, :math:`a^{\mathrm{txt}}=\sum_{j=s+n_v}^{q}A_{q,j}`, at the queries that
+    predict object tokens. ``tokens`` selects ``"all"`` object tokens (the paper: every object token of the
+    hallucinated captions), ``"hallucinated"`` or ``"real"`` ones. Arrays ``(n_layers, n_heads)``."""
+    sel = {"all": data.mask, "hallucinated": data.hallucinated, "real": data.mask & ~data.hallucinated}
+    if tokens not in sel:
+        raise ValueError(f"tokens must be one of {sorted(sel)}, got {tokens!r}")
+    rows, cols = np.nonzero(sel[tokens])
+    model.eval()
+    with record_attention(model) as rec:
+        model(data.ids, patches=data.patches)
+    img, txt = [], []
+    for layer in rec:
+        A = layer[0]  # (n, H, S, S)
+        q = torch.as_tensor(TEXT_START + cols)
+        r = torch.as_tensor(rows)
+        a = A[r, :, q, :]  # (m, H, S)
+        img.append(a[:, :, IMAGE_SLICE].sum(-1).mean(0).numpy())
+        txt.append(a[:, :, TEXT_START:].sum(-1).mean(0).numpy())
+    return {"image": np.stack(img), "text": np.stack(txt)}
+
+
+def _caption_block(rec, n_text: int) -> torch.Tensor:
+    return torch.stack([layer[0][:, :, TEXT_START:TEXT_START + n_text, TEXT_START:TEXT_START + n_text]
+                        for layer in rec])  # (L, n, H, T, T)
+
+
+@torch.no_grad()
+def attention_similarity(vlm: TinyVLM, base_lm: TinyVLM, data: ObjectTokens, sketch_ids: torch.Tensor) -> np.ndarray:
+    r"""Fig. 4: per head, the mean over samples of
+    :math:`\cos(\mathrm{vec}A^{(l,h)}_{\mathrm{VLM}},\mathrm{vec}A^{(l,h)}_{\mathrm{LM}})` of the caption-block
+    attention maps, the VLM reading the image and the base LM reading the text sketch of the same scene."""
+    sketch_ids = torch.as_tensor(sketch_ids, dtype=torch.long)
+    if sketch_ids.shape != (data.ids.shape[0], IMAGE_SLICE.stop - IMAGE_SLICE.start):
+        raise ValueError(f"sketch_ids must have shape ({data.ids.shape[0]}, 16), got {tuple(sketch_ids.shape)}")
+    T = data.ids.shape[1]
+    with record_attention(vlm) as rv:
+        vlm(data.ids, patches=data.patches)
+    with record_attention(base_lm) as rb:
+        base_lm(data.ids, sketch_ids=sketch_ids)
+    a, b = _caption_block(rv, T), _caption_block(rb, T)
+    # only rows and columns of real (non-padding) caption tokens
+    valid = (data.ids != TOKEN_ID["<pad>"]).float()
+    m = valid[:, :, None] * valid[:, None, :]
+    a = (a * m[None, :, None]).flatten(-2)
+    b = (b * m[None, :, None]).flatten(-2)
+    cos = nn.functional.cosine_similarity(a, b, dim=-1)  # (L, n, H)
+    return cos.mean(1).numpy()
+
+
+def js_divergence(p: np.ndarray, q: np.ndarray, axis: int = -1) -> np.ndarray:
+    r"""Jensen-Shannon divergence (natural log) between distributions along ``axis``."""
+    p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
+    if p.shape != q.shape:
+        raise ValueError(f"p and q must have the same shape, got {p.shape} and {q.shape}")
+    m = 0.5 * (p + q)
+
+    def kl(a, b):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = np.where(a > 0, a * (np.log(a) - np.log(b)), 0.0)
+        return t.sum(axis)
+
+    return 0.5 * kl(p, m) + 0.5 * kl(q, m)
+
+
+def js_drift(probe_attention: list, caption_lengths) -> np.ndarray:
+    r"""Fig. 5: row-wise JS divergence of every head's attention from the first probe (the post-alignment
+    model), averaged over the text query rows of each probe caption and over captions.
+    ``probe_attention[k]`` has shape ``(layers, n, heads, S, S)``; returns ``(len(probe_attention), L, H)``."""
+    lengths = np.asarray(caption_lengths)
+    ref = np.asarray(probe_attention[0], dtype=np.float64)
+    out = []
+    for att in probe_attention:
+        att = np.asarray(att, dtype=np.float64)
+        js = js_divergence(att, ref)  # (L, n, H, S)
+        vals = np.zeros(js.shape[0:1] + js.shape[2:3])
+        for i, n_text in enumerate(lengths):
+            vals += js[:, i, :, TEXT_START:TEXT_START + int(n_text) - 1].mean(-1)
+        out.append(vals / len(lengths))
+    return np.stack(out)
+
+
+def caption_chair(model: TinyVLM, images, truths, context=None) -> tuple[list, dict]:
+    """Greedy captions of ``images`` under an optional intervention ``context``, and their CHAIR."""
+    with (context if context is not None else nullcontext()):
+        caps = greedy_captions(model, images)
+    return caps, chair(caps, truths)
+
+
+def relative_reduction(before: float, after: float) -> float:
+    """``(before - after) / before`` (0 when ``before`` is 0)."""
+    return 0.0 if before == 0 else (before - after) / before
+
+
+def targeted_finetune(model: TinyVLM, heads: list, images, captions: list, steps: int = 100,
+                      batch_size: int = 64, lr: float = 1e-3, lam_ce: float = 1.0, lam_att: float = 2.0,
+                      seed: int = 0) -> tuple[TinyVLM, list]:
+    r"""TF-HH: a copy of ``model`` in which only the query/key rows of the chosen ``heads`` are trained, on
+    :math:`\mathcal L=\lambda_{\mathrm{ce}}\mathcal L_{\mathrm{CE}}+\lambda_{\mathrm{att}}\,\overline{\log(\sum_{j\notin\mathcal I}A_{t,j}+10^{-8})}`,
+    the mean running over the layers holding chosen heads, their heads and the response rows :math:`t`.
+
+    The paper also trains ``lm_head``; here it is tied to the input embeddings, so it stays frozen.
+    ``captions`` are token-id captions (``describe ... . <eos>``). Returns the tuned copy and the losses.
+    """
+    heads = check_heads(model, heads)
+    if not heads:
+        raise ValueError("heads must not be empty")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive int, got {steps!r}")
+    tuned = copy.deepcopy(model)
+    tuned.train()
+    for p in tuned.parameters():
+        p.requires_grad_(False)
+    by_layer: dict = {}
+    for l, h in heads:
+        by_layer.setdefault(l, []).append(h)
+    params, masks = [], []
+    for l, hs in by_layer.items():
+        attn = tuned.layers[l].self_attn
+        dh = attn.head_dim
+        for proj in (attn.q_proj, attn.k_proj):
+            mask = torch.zeros_like(proj.weight)
+            for h in hs:
+                mask[h * dh:(h + 1) * dh] = 1.0
+            proj.weight.requires_grad_(True)
+            params.append(proj.weight)
+            masks.append(mask)
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    patches = as_patches(images)
+    gen = torch.Generator().manual_seed(int(seed))
+    non_image = torch.ones(TEXT_START + max(len(c) for c in captions), dtype=torch.bool)
+    non_image[IMAGE_SLICE] = False
+    losses = []
+    for step in range(steps):
+        idx = torch.randint(0, len(captions), (batch_size,), generator=gen)
+        ids, labels = caption_batch([captions[i] for i in idx.tolist()])
+        T = ids.shape[1]
+        with record_attention(tuned) as rec:
+            logits = tuned(ids, patches=patches[idx]).logits[:, TEXT_START:TEXT_START + T]
+        ce = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
+        resp = (labels != -100).float()  # response rows R
+        att_terms = []
+        for l, hs in by_layer.items():
+            A = rec[l][0][:, hs, TEXT_START:TEXT_START + T, :TEXT_START + T]  # (b, |S_l|, T, S)
+            mass = A[..., non_image[:TEXT_START + T]].sum(-1)  # (b, |S_l|, T)
+            term = (torch.log(mass + 1e-8) * resp[:, None, :]).sum() / (resp.sum() * len(hs))
+            att_terms.append(term)
+        loss = lam_ce * ce + lam_att * torch.stack(att_terms).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        for p, m in zip(params, masks):
+            p.grad.mul_(m)
+        opt.step()
+        losses.append(float(loss.detach()))
+    tuned.eval()
+    for p in tuned.parameters():
+        p.requires_grad_(False)
+    return tuned, losses
+
+
+# -- the chapter's experiment, one trained world at a time --------------------------------------
+@dataclass
+class Experiment:
+    """Everything the reproduce page reports for one trained world (one seed)."""
+
+    seed: int
+    chair_natural: dict
+    chair_trigger: dict
+    chair_all: dict
+    chair_base_lm_trigger: dict
+    mediation: dict
+    scores: np.ndarray
+    hal_heads: list
+    nonhal_heads: list
+    mass: dict
+    similarity: np.ndarray
+    js: np.ndarray
+    js_steps: list
+    reweight: dict          # alpha -> {"hal": chair, "random": [chair, ...]}
+    random_sets: list
+    tau_sweep: dict         # tau -> chair on the attribution split
+    tau: float
+    adhh: dict
+    adhh_random: list
+    tfhh: dict
+    tfhh_random: list
+    n_hal_tokens: int
+    n_real_tokens: int
+
+
+def choose_tau(sweep: dict, baseline: dict, max_recall_drop: float = 2.0) -> float:
+    """The threshold with the lowest CHAIR_s on the held-out split among those that lose at most
+    ``max_recall_drop`` recall points (ties: the largest tau, the gentlest intervention)."""
+    ok = [t for t, c in sweep.items() if baseline["recall"] - c["recall"] <= max_recall_drop]
+    if not ok:
+        raise ValueError("no tau keeps recall within max_recall_drop")
+    return max(ok, key=lambda t: (-sweep[t]["chair_s"], t))
+
+
+def run_experiment(world, n_natural: int = 600, n_trigger: int = 300, n_attr: int = 300, k: int = 3,
+                   n_random: int = 5, alphas=(1.0, 0.5, 0.0), taus=(0.0, 0.1, 0.2, 0.3, 0.4, 0.5),
+                   tfhh_steps: int = 100, n_similarity: int = 100) -> Experiment:
+    """The reproduce page's experiment on one trained world (:class:`companion_lib.tinyvlm.World`).
+
+    Attribution, the choice of tau and TF-HH's data use an *attribution split* (``n_attr`` natural and
+    ``n_attr`` trigger-only images, the paper's COCO train); every CHAIR number is measured on separate
+    test splits (``n_natural`` natural and ``n_trigger`` trigger-only images, the paper's COCO val).
+    """
+    from .tinyvlm.train import build_model
+    from .tinyvlm.world import encode_caption, make_split, sketch_tokens
+    from .tinyvlm import hooks
+
+    seed = world.seed
+    model = build_model(world.final_state, world.config)
+    base = build_model(world.base_state, world.config)
+    L, H = model.n_layers, model.n_heads
+    rng = np.random.default_rng([seed, 161])
+    nat = make_split(n_natural, rng, "natural", occlusion=False)
+    tri = make_split(n_trigger, rng, "trigger_only")
+    a_nat = make_split(n_attr, rng, "natural", occlusion=False)
+    a_tri = make_split(n_attr, rng, "trigger_only")
+    test_images = np.concatenate([nat.images, tri.images])
+    test_truth = nat.truth + tri.truth
+    attr_images = np.concatenate([a_nat.images, a_tri.images])
+    attr_truth = a_nat.truth + a_tri.truth
+    attr_scenes = a_nat.scenes + a_tri.scenes
+
+    # hallucinations driven by the prior
+    caps, c_all = caption_chair(model, test_images, test_truth)
+    c_nat = chair(caps[:n_natural], nat.truth)
+    c_tri = chair(caps[n_natural:], tri.truth)
+    sk_tri = np.array([sketch_tokens(s) for s in tri.scenes])
+    c_base = chair(greedy_captions(base, sketches=sk_tri), tri.truth)
+
+    # attribution on the model's own captions of the attribution split
+    attr_caps, attr_base = caption_chair(model, attr_images, attr_truth)
+    data = object_tokens(attr_images, attr_caps, attr_truth)
+    mediation = module_mediation(model, data)
+    S = head_scores(model, data)
+    hal, non = top_heads(S, k), top_heads(S, k, largest=False)
+    mass = attention_mass(model, data)
+    keep = [i for i, (c, t) in enumerate(zip(attr_caps, attr_truth)) if c and set(c) - set(t)][:n_similarity]
+    sub = object_tokens(attr_images[keep], [attr_caps[i] for i in keep], [attr_truth[i] for i in keep])
+    sk = torch.tensor([sketch_tokens(attr_scenes[i]) for i in keep])
+    sim = attention_similarity(model, base, sub, sk)
+    js = js_drift(world.probe_attention, [len(c) for c in world.probe_captions])
+
+    # interventions, against the same intervention on random heads
+    rr = np.random.default_rng([seed, 162])
+    random_sets = [random_heads(rr, k, L, H, exclude=hal) for _ in range(n_random)]
+    reweight = {}
+    for a in alphas:
+        reweight[a] = {"hal": caption_chair(model, test_images, test_truth, hooks.reweight_text(model, hal, a))[1]}
+        if a != 1.0:
+            reweight[a]["random"] = [caption_chair(model, test_images, test_truth,
+                                                   hooks.reweight_text(model, r, a))[1] for r in random_sets]
+    sweep = {t: caption_chair(model, attr_images, attr_truth, hooks.adaptive_deactivation(model, hal, t))[1]
+             for t in taus}
+    tau = choose_tau(sweep, attr_base)
+    adhh = caption_chair(model, test_images, test_truth, hooks.adaptive_deactivation(model, hal, tau))[1]
+    adhh_random = [caption_chair(model, test_images, test_truth, hooks.adaptive_deactivation(model, r, tau))[1]
+                   for r in random_sets]
+    tf_caps = [encode_caption(s.objects) for s in attr_scenes]
+    tuned, _ = targeted_finetune(model, hal, attr_images, tf_caps, steps=tfhh_steps, seed=seed)
+    tfhh = caption_chair(tuned, test_images, test_truth)[1]
+    tfhh_random = []
+    for r in random_sets[:1]:
+        tuned_r, _ = targeted_finetune(model, r, attr_images, tf_caps, steps=tfhh_steps, seed=seed)
+        tfhh_random.append(caption_chair(tuned_r, test_images, test_truth)[1])
+    return Experiment(seed=seed, chair_natural=c_nat, chair_trigger=c_tri, chair_all=c_all,
+                      chair_base_lm_trigger=c_base, mediation=mediation, scores=S, hal_heads=hal,
+                      nonhal_heads=non, mass=mass, similarity=sim, js=js, js_steps=list(world.probe_steps),
+                      reweight=reweight, random_sets=random_sets, tau_sweep=sweep, tau=tau, adhh=adhh,
+                      adhh_random=adhh_random, tfhh=tfhh, tfhh_random=tfhh_random,
+                      n_hal_tokens=data.n_hallucinated, n_real_tokens=data.n_real)
+
+
+def head_mean(values: np.ndarray, heads: list) -> float:
+    """Mean of a ``(layers, heads)`` array over a list of heads."""
+    return float(np.mean([values[l, h] for l, h in heads]))

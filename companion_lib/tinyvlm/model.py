@@ -1,0 +1,193 @@
+r"""A tiny LLaVA-style vision-language model: patch encoder, projector, and a Hugging Face Llama decoder.
+
+The decoder is a :class:`transformers.LlamaForCausalLM` with a tiny configuration, fed with
+``inputs_embeds``. The input sequence of every example has the same layout, as in LLaVA:
+
+.. code-block:: text
+
+    position  0        1 ... 16              17         18 ...
+              <bos>    16 image tokens       describe   caption words, ".", <eos>
+
+Image tokens are :math:`\mathrm{proj}(\mathrm{enc}(x_m))` for the 16 patches :math:`x_m\in\mathbb R^{75}`
+(row-major cells). For the *base language model* (the world's "Vicuna") the same 16 positions hold the
+word embeddings of a text sketch of the scene instead. Because the layout is fixed, the image block is
+:data:`IMAGE_SLICE` and the post-image text begins at :data:`TEXT_START`, the analogue of LLaVA-1.5's
+``img_start_pos=35, img_length=576``.
+
+Attention runs through a registered :class:`transformers.AttentionInterface` function
+(:data:`ATTN_IMPLEMENTATION`), an eager softmax attention that applies the edits and recordings of
+:mod:`companion_lib.tinyvlm.hooks`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+from transformers import AttentionInterface, LlamaConfig, LlamaForCausalLM
+
+from .world import N_PATCHES, TOKEN_ID, VOCAB, decode_caption, patchify
+
+__all__ = [
+    "ATTN_IMPLEMENTATION", "IMAGE_SLICE", "TEXT_START", "TinyVLM", "tiny_llama_config", "greedy_captions",
+    "as_patches", "caption_batch",
+]
+
+ATTN_IMPLEMENTATION = "tinyvlm_eager"
+IMAGE_SLICE = slice(1, 1 + N_PATCHES)
+TEXT_START = 1 + N_PATCHES
+
+
+def _tinyvlm_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+    """Eager causal attention whose post-softmax weights pass through the module's edits.
+
+    ``module._tinyvlm_edits`` is a list of callables ``edit(A, layer_idx) -> A`` on the weights
+    ``A`` of shape ``(batch, heads, queries, keys)``; ``module._tinyvlm_record`` a list that receives ``A``.
+    The mask is rebuilt as a plain causal mask (this model never pads on the left).
+    """
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    q_len, k_len = scores.shape[-2], scores.shape[-1]
+    causal = torch.ones(q_len, k_len, dtype=torch.bool, device=scores.device).tril(k_len - q_len)
+    scores = scores.masked_fill(~causal, float("-inf"))
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    for edit in getattr(module, "_tinyvlm_edits", ()):
+        weights = edit(weights, module.layer_idx)
+    record = getattr(module, "_tinyvlm_record", None)
+    if record is not None:
+        record.append(weights)
+    out = torch.matmul(weights, value).transpose(1, 2).contiguous()
+    return out, weights
+
+
+AttentionInterface.register(ATTN_IMPLEMENTATION, _tinyvlm_attention)
+
+
+def tiny_llama_config(vocab_size: int = len(VOCAB), hidden_size: int = 64, n_layer: int = 4, n_head: int = 8,
+                      intermediate_size: int = 128, max_positions: int = 40) -> LlamaConfig:
+    """A tiny Llama configuration with tied embeddings and the book's attention function."""
+    for name, value in (("vocab_size", vocab_size), ("hidden_size", hidden_size), ("n_layer", n_layer),
+                        ("n_head", n_head), ("intermediate_size", intermediate_size),
+                        ("max_positions", max_positions)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if hidden_size % n_head:
+        raise ValueError(f"hidden_size ({hidden_size}) must be divisible by n_head ({n_head})")
+    cfg = LlamaConfig(
+        vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=n_layer, num_attention_heads=n_head,
+        num_key_value_heads=n_head, intermediate_size=intermediate_size, max_position_embeddings=max_positions,
+        tie_word_embeddings=True, pad_token_id=TOKEN_ID["<pad>"], bos_token_id=TOKEN_ID["<bos>"],
+        eos_token_id=TOKEN_ID["<eos>"], use_cache=False,
+    )
+    cfg._attn_implementation = ATTN_IMPLEMENTATION
+    return cfg
+
+
+class TinyVLM(nn.Module):
+    """Patch encoder (Linear-GELU-Linear), projector (Linear-GELU-Linear) and a Llama decoder.
+
+    ``encoder`` plays CLIP's part, ``projector`` LLaVA's MLP projector, ``lm`` Vicuna's.
+    """
+
+    def __init__(self, config: LlamaConfig | None = None, patch_dim: int = 75, vision_dim: int = 64) -> None:
+        super().__init__()
+        config = config or tiny_llama_config()
+        d = config.hidden_size
+        self.encoder = nn.Sequential(nn.Linear(patch_dim, vision_dim), nn.GELU(), nn.Linear(vision_dim, vision_dim))
+        self.projector = nn.Sequential(nn.Linear(vision_dim, d), nn.GELU(), nn.Linear(d, d))
+        self.lm = LlamaForCausalLM(config)
+        self.lm.config._attn_implementation = ATTN_IMPLEMENTATION
+
+    @property
+    def n_layers(self) -> int:
+        return self.lm.config.num_hidden_layers
+
+    @property
+    def n_heads(self) -> int:
+        return self.lm.config.num_attention_heads
+
+    @property
+    def layers(self):
+        return self.lm.model.layers
+
+    def image_tokens(self, patches: torch.Tensor) -> torch.Tensor:
+        """Projected image tokens ``(batch, 16, d)`` of patches ``(batch, 16, 75)``."""
+        return self.projector(self.encoder(patches))
+
+    def embed(self, text_ids: torch.Tensor, patches: torch.Tensor | None = None,
+              sketch_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """``inputs_embeds`` for ``<bos>`` + image (or sketch) tokens + text; exactly one of patches/sketch."""
+        if (patches is None) == (sketch_ids is None):
+            raise ValueError("pass exactly one of patches (image) or sketch_ids (text sketch)")
+        emb = self.lm.get_input_embeddings()
+        b = text_ids.shape[0]
+        bos = emb(torch.full((b, 1), TOKEN_ID["<bos>"], dtype=torch.long, device=text_ids.device))
+        middle = self.image_tokens(patches) if patches is not None else emb(sketch_ids)
+        return torch.cat([bos, middle, emb(text_ids)], dim=1)
+
+    def forward(self, text_ids: torch.Tensor, patches: torch.Tensor | None = None,
+                sketch_ids: torch.Tensor | None = None, output_hidden_states: bool = False):
+        """The decoder's output (``.logits`` over the whole sequence) for the layout above."""
+        return self.lm(inputs_embeds=self.embed(text_ids, patches, sketch_ids),
+                       output_hidden_states=output_hidden_states, use_cache=False)
+
+
+def as_patches(images) -> torch.Tensor:
+    """Images ``(n, 20, 20, 3)`` (array or tensor) to a float tensor of patches ``(n, 16, 75)``."""
+    if isinstance(images, torch.Tensor):
+        images = images.detach().cpu().numpy()
+    return torch.from_numpy(patchify(images))
+
+
+def caption_batch(captions: list) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded token ids and labels (``-100`` on padding and on ``describe``) of token-id captions.
+
+    ``labels[i, t]`` is the token predicted *at* text position ``t`` (already shifted), so the
+    loss of a full sequence is ``cross_entropy(logits[:, TEXT_START:][:, :T], labels)``.
+    """
+    if not captions:
+        raise ValueError("captions must not be empty")
+    T = max(len(c) for c in captions)
+    ids = torch.full((len(captions), T), TOKEN_ID["<pad>"], dtype=torch.long)
+    labels = torch.full((len(captions), T), -100, dtype=torch.long)
+    for i, c in enumerate(captions):
+        if len(c) < 2:
+            raise ValueError(f"caption {i} is empty: it needs at least 'describe' and one more token")
+        ids[i, :len(c)] = torch.tensor(c)
+        labels[i, :len(c) - 1] = torch.tensor(c[1:])
+    return ids, labels
+
+
+@torch.no_grad()
+def greedy_captions(model: TinyVLM, images=None, sketches=None, max_new_tokens: int = 10,
+                    batch_size: int = 1024) -> list:
+    """Greedy captions (lists of object words) of images ``(n, 20, 20, 3)`` or text sketches ``(n, 16)``.
+
+    No key-value cache: each step re-runs the full (short) sequence, which makes every intervention
+    of :mod:`~companion_lib.tinyvlm.hooks` apply exactly as it would with a cache.
+    """
+    if (images is None) == (sketches is None):
+        raise ValueError("pass exactly one of images or sketches")
+    model.eval()
+    if images is not None:
+        source = as_patches(images)
+    else:
+        source = torch.as_tensor(np.asarray(sketches), dtype=torch.long)
+        if source.ndim != 2 or source.shape[1] != N_PATCHES:
+            raise ValueError(f"sketches must have shape (n, {N_PATCHES}), got {tuple(source.shape)}")
+    out = []
+    stop = {TOKEN_ID["."], TOKEN_ID["<eos>"]}
+    for start in range(0, source.shape[0], batch_size):
+        src = source[start:start + batch_size]
+        ids = torch.full((src.shape[0], 1), TOKEN_ID["describe"], dtype=torch.long)
+        done = torch.zeros(src.shape[0], dtype=torch.bool)
+        for _ in range(max_new_tokens):
+            kw = {"patches": src} if images is not None else {"sketch_ids": src}
+            logits = model(ids, **kw).logits[:, -1]
+            nxt = logits.argmax(-1)
+            nxt = torch.where(done, torch.full_like(nxt, TOKEN_ID["<pad>"]), nxt)
+            ids = torch.cat([ids, nxt[:, None]], dim=1)
+            done |= torch.isin(nxt, torch.tensor(sorted(stop)))
+            if bool(done.all()):
+                break
+        out.extend(decode_caption(row[1:].tolist()) for row in ids)
+    return out

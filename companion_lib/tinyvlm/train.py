@@ -1,0 +1,217 @@
+r"""LLaVA's three training stages, in miniature, deterministic and cached on disk.
+
+1. **Base LM** ("Vicuna"): the decoder alone learns captions from *text sketches* of scenes (the object
+   word at its cell, ``<blank>`` elsewhere), with the world's co-occurrence and occlusion statistics. It
+   learns both in-context copying and the prior.
+2. **Alignment** (LLaVA stage 1): only the patch encoder and projector are trained, the LM frozen, on
+   image-caption pairs. The projector is thereby pushed to emit word-like vectors at each patch (what
+   makes the logit lens of image tokens work).
+3. **Visual instruction tuning** (LLaVA stage 2): everything is trained (the LM at ``lm_lr_mult`` times the
+   learning rate).
+
+The loss is the cross-entropy of the caption tokens only (the response, as in LLaVA). During stage 3 a
+fixed probe batch is passed through the model every ``probe_every`` steps and its attention maps are
+kept, so that the drift of each head from the post-alignment model (the paper's Fig. 5) can be measured
+after the heads are known. :func:`trained_world` caches the result with
+:func:`companion_lib.common.disk_cache`, so a chapter trains the world once per build.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..common import disk_cache
+from .hooks import record_attention
+from .model import TEXT_START, TinyVLM, as_patches, caption_batch, tiny_llama_config
+from .world import WorldConfig, encode_caption, make_split, sketch_tokens
+
+__all__ = ["TrainConfig", "World", "train_world", "trained_world", "build_model", "caption_loss"]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Sizes and learning rates of the three stages (the defaults are the book's scale)."""
+
+    n_text: int = 20000
+    n_image: int = 6000
+    text_steps: int = 300
+    align_steps: int = 150
+    tune_steps: int = 250
+    batch_size: int = 64
+    lr_text: float = 3e-3
+    lr_align: float = 3e-3
+    lr_tune: float = 1e-3
+    lm_lr_mult: float = 1.0
+    n_layer: int = 4
+    n_head: int = 8
+    hidden_size: int = 64
+    probe_every: int = 25
+    n_probe: int = 32
+
+    def __post_init__(self) -> None:
+        for name in ("n_text", "n_image", "batch_size", "n_layer", "n_head", "hidden_size", "probe_every", "n_probe"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        for name in ("text_steps", "align_steps", "tune_steps"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"{name} must be a non-negative int, got {v!r}")
+
+
+@dataclass
+class World:
+    """What training returns: weights after each stage, data, probe attention and losses."""
+
+    seed: int
+    config: dict
+    world_config: dict
+    base_state: dict        # after stage 1 (the base LM; encoder/projector untrained)
+    aligned_state: dict     # after stage 2 (base LM + stage-1 projector: the paper's "pretrained" model)
+    final_state: dict       # after stage 3
+    probe_images: np.ndarray
+    probe_captions: list
+    probe_steps: list
+    probe_attention: list   # per probe step: array (layers, n_probe, heads, T, T), float16
+    losses: dict
+
+
+def caption_loss(model: TinyVLM, ids: torch.Tensor, labels: torch.Tensor, patches=None, sketch_ids=None):
+    """Mean cross-entropy of the caption tokens (labels from :func:`caption_batch`)."""
+    logits = model(ids, patches=patches, sketch_ids=sketch_ids).logits[:, TEXT_START:TEXT_START + ids.shape[1]]
+    return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
+
+
+def _schedule(step: int, total: int, warmup: int) -> float:
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(total - warmup, 1)
+    return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+
+
+def _state(model: nn.Module) -> dict:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _run_stage(model, groups, steps, batch_size, sample, gen, losses, on_step=None):
+    if steps == 0:
+        return
+    opt = torch.optim.AdamW(groups, weight_decay=0.0)
+    base = [g["lr"] for g in opt.param_groups]
+    warm = max(1, steps // 20)
+    params = [p for g in groups for p in g["params"]]
+    for step in range(steps):
+        f = _schedule(step, steps, warm)
+        for g, lr in zip(opt.param_groups, base):
+            g["lr"] = lr * f
+        idx = torch.randint(0, sample.n, (batch_size,), generator=gen)
+        loss = sample(idx)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        losses.append(float(loss.detach()))
+        if on_step is not None:
+            on_step(step + 1)
+
+
+class _Sampler:
+    def __init__(self, model, captions, patches=None, sketches=None):
+        self.model, self.captions, self.patches, self.sketches = model, captions, patches, sketches
+        self.n = len(captions)
+
+    def __call__(self, idx):
+        ids, labels = caption_batch([self.captions[i] for i in idx.tolist()])
+        if self.patches is not None:
+            return caption_loss(self.model, ids, labels, patches=self.patches[idx])
+        return caption_loss(self.model, ids, labels, sketch_ids=self.sketches[idx])
+
+
+@torch.no_grad()
+def _probe(model, patches, ids) -> np.ndarray:
+    model.eval()
+    with record_attention(model) as rec:
+        model(ids, patches=patches)
+    model.train()
+    return np.stack([r[0].numpy() for r in rec]).astype(np.float16)
+
+
+def build_model(state: dict, config: TrainConfig | dict | None = None) -> TinyVLM:
+    """A :class:`TinyVLM` with the given weights (``config`` sets the decoder's size)."""
+    cfg = config if isinstance(config, TrainConfig) else TrainConfig(**(config or {}))
+    model = TinyVLM(tiny_llama_config(hidden_size=cfg.hidden_size, n_layer=cfg.n_layer, n_head=cfg.n_head))
+    model.load_state_dict(state)
+    model.eval()
+    return model
+
+
+def train_world(seed: int = 0, config: TrainConfig = TrainConfig(), world: WorldConfig = WorldConfig()) -> World:
+    """Run the three stages from scratch (deterministic for a given seed on one thread)."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    rng = np.random.default_rng([int(seed), 16])
+    text = make_split(config.n_text, rng, "natural", world)
+    pairs = make_split(config.n_image, rng, "natural", world)
+    text_caps = [encode_caption(s.mentioned) for s in text.scenes]
+    text_sketch = torch.tensor([sketch_tokens(s) for s in text.scenes], dtype=torch.long)
+    pair_caps = [encode_caption(s.mentioned) for s in pairs.scenes]
+    patches = as_patches(pairs.images)
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed))
+        model = TinyVLM(tiny_llama_config(hidden_size=config.hidden_size, n_layer=config.n_layer,
+                                          n_head=config.n_head))
+    gen = torch.Generator().manual_seed(int(seed))
+    model.train()
+    losses: dict = {"text": [], "align": [], "tune": []}
+    vision = list(model.encoder.parameters()) + list(model.projector.parameters())
+    lm = list(model.lm.parameters())
+
+    # stage 1: base LM on text sketches
+    _run_stage(model, [{"params": lm, "lr": config.lr_text}], config.text_steps, config.batch_size,
+               _Sampler(model, text_caps, sketches=text_sketch), gen, losses["text"])
+    base_state = _state(model)
+
+    # stage 2: alignment, LM frozen
+    for p in lm:
+        p.requires_grad_(False)
+    _run_stage(model, [{"params": vision, "lr": config.lr_align}], config.align_steps, config.batch_size,
+               _Sampler(model, pair_caps, patches=patches), gen, losses["align"])
+    for p in lm:
+        p.requires_grad_(True)
+    aligned_state = _state(model)
+
+    # stage 3: visual instruction tuning, with attention probes
+    probe_ids, _ = caption_batch(pair_caps[:config.n_probe])
+    probe_patches = patches[:config.n_probe]
+    probe_steps, probe_att = [0], [_probe(model, probe_patches, probe_ids)]
+
+    def on_step(step):
+        if step % config.probe_every == 0 or step == config.tune_steps:
+            probe_steps.append(step)
+            probe_att.append(_probe(model, probe_patches, probe_ids))
+
+    _run_stage(model, [{"params": vision, "lr": config.lr_tune},
+                       {"params": lm, "lr": config.lr_tune * config.lm_lr_mult}],
+               config.tune_steps, config.batch_size, _Sampler(model, pair_caps, patches=patches), gen,
+               losses["tune"], on_step)
+    model.eval()
+    return World(seed=int(seed), config=asdict(config), world_config=asdict(world), base_state=base_state,
+                 aligned_state=aligned_state, final_state=_state(model), probe_images=pairs.images[:config.n_probe],
+                 probe_captions=pair_caps[:config.n_probe], probe_steps=probe_steps, probe_attention=probe_att,
+                 losses=losses)
+
+
+def _train_cached(seed: int, config: dict, world: dict) -> World:
+    return train_world(seed, TrainConfig(**config), WorldConfig(**world))
+
+
+def trained_world(seed: int = 0, config: TrainConfig = TrainConfig(), world: WorldConfig = WorldConfig()) -> World:
+    """:func:`train_world` through the book's disk cache (namespace ``tinyvlm``): trained once per build."""
+    cached = disk_cache("tinyvlm").cache(_train_cached)
+    return cached(int(seed), asdict(config), asdict(world))

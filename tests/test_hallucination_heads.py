@@ -1,0 +1,167 @@
+"""Unit tests for companion_lib.hallucination_heads (Yang et al., ICLR 2025)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from companion_lib import hallucination_heads as hh
+from companion_lib import tinyvlm as tv
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(1)
+    m = tv.TinyVLM(tv.tiny_llama_config())
+    m.eval()
+    return m
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(2)
+    split = tv.make_split(8, rng, "trigger_only")
+    # hand-made captions: the trigger plus its (absent) partner, so every caption has a hallucination
+    caps = []
+    for s in split.scenes:
+        words = sorted(s.objects, key=tv.CANONICAL_ORDER.index)
+        trig = [w for w in words if w in tv.TRIGGERS][0]
+        caps.append(words + [tv.PAIRS[trig]])
+    return split, caps, hh.object_tokens(split.images, caps, split.truth)
+
+
+def test_object_tokens_marks_hallucinations(data):
+    split, caps, d = data
+    assert d.n_hallucinated == 8
+    assert d.n_real == sum(len(c) - 1 for c in caps)
+    for r, cap in enumerate(caps):
+        assert d.mask[r, :len(cap)].all() and not d.mask[r, len(cap):].any()  # '.' is not an object
+        assert d.hallucinated[r, len(cap) - 1] and not d.hallucinated[r, :len(cap) - 1].any()
+    clean = [sorted(s.objects) for s in split.scenes]
+    with pytest.raises(ValueError, match="no caption qualifies"):
+        hh.object_tokens(split.images, clean, split.truth)
+    assert hh.object_tokens(split.images, clean, split.truth, only_hallucinated_captions=False).n_hallucinated == 0
+    with pytest.raises(ValueError, match="unknown object word"):
+        hh.object_tokens(split.images[:1], [["cat"]], split.truth[:1])
+    with pytest.raises(ValueError, match="same length"):
+        hh.object_tokens(split.images, caps[:2], split.truth)
+
+
+def test_token_probs_and_effects(model, data):
+    _, _, d = data
+    p = hh.token_probs(model, d)
+    assert p.shape == d.ids.shape and np.all((p > 0) & (p <= 1))
+    comps = [("head", 0, 0), ("mha", 1), ("mlp", 2)]
+    eff = hh.ablation_effects(model, d, comps)
+    assert eff.shape == (3, int(d.mask.sum()))
+    # the effect of a head is the drop of probability when that head alone is zeroed
+    with tv.head_mask(model, [(0, 0)]):
+        p0 = hh.token_probs(model, d)
+    np.testing.assert_allclose(eff[0], (p - p0)[d.mask], atol=1e-7)
+    with pytest.raises(ValueError, match="unknown component"):
+        hh.ablation_effects(model, d, [("ffn", 0)])
+
+
+def test_head_scores_are_contrastive(model, data):
+    _, _, d = data
+    S = hh.head_scores(model, d)
+    assert S.shape == (model.n_layers, model.n_heads)
+    eff = hh.ablation_effects(model, d, hh.head_components(model))
+    hal = d.hallucinated[d.mask]
+    np.testing.assert_allclose(S.ravel(), eff[:, hal].mean(1) - eff[:, ~hal].mean(1))
+    med = hh.module_mediation(model, d)
+    assert set(med) == {"mha_hal", "mlp_hal", "mha_real", "mlp_real"} and med["mha_hal"].shape == (4,)
+
+
+def test_top_and_random_heads():
+    S = np.zeros((4, 8))
+    S[2, 5], S[0, 1], S[3, 3] = 3.0, 2.0, -1.0
+    assert hh.top_heads(S, 2) == [(2, 5), (0, 1)]
+    assert hh.top_heads(S, 1, largest=False) == [(3, 3)]
+    with pytest.raises(ValueError, match="k must be"):
+        hh.top_heads(S, 0)
+    with pytest.raises(ValueError, match="scores must be"):
+        hh.top_heads(S.ravel(), 2)
+    rng = np.random.default_rng(0)
+    r = hh.random_heads(rng, 5, 4, 8, exclude=[(2, 5), (0, 1)])
+    assert len(set(r)) == 5 and (2, 5) not in r and (0, 1) not in r
+    with pytest.raises(ValueError, match="k must be"):
+        hh.random_heads(rng, 40, 4, 8)
+
+
+def test_attention_mass_is_a_share(model, data):
+    _, _, d = data
+    am = hh.attention_mass(model, d)
+    total = am["image"] + am["text"]
+    assert am["image"].shape == (4, 8)
+    assert np.all(total <= 1 + 1e-6) and np.all(total > 0)  # the rest goes to <bos>
+    hal = hh.attention_mass(model, d, tokens="hallucinated")
+    assert hal["text"].shape == (4, 8)
+    with pytest.raises(ValueError, match="tokens"):
+        hh.attention_mass(model, d, tokens="some")
+
+
+def test_attention_similarity_range(model, data):
+    split, _, d = data
+    sk = torch.tensor([tv.sketch_tokens(s) for s in split.scenes])
+    sim = hh.attention_similarity(model, model, d, sk)
+    assert sim.shape == (4, 8) and np.all(sim > 0) and np.all(sim <= 1 + 1e-6)
+    with pytest.raises(ValueError, match="sketch_ids"):
+        hh.attention_similarity(model, model, d, sk[:, :4])
+
+
+def test_js_divergence_properties():
+    rng = np.random.default_rng(0)
+    p = rng.dirichlet(np.ones(5), size=3)
+    q = rng.dirichlet(np.ones(5), size=3)
+    js = hh.js_divergence(p, q)
+    np.testing.assert_allclose(js, hh.js_divergence(q, p))
+    np.testing.assert_allclose(hh.js_divergence(p, p), 0, atol=1e-12)
+    assert np.all(js >= 0) and np.all(js <= np.log(2))
+    np.testing.assert_allclose(hh.js_divergence(np.array([1.0, 0]), np.array([0, 1.0])), np.log(2))
+    with pytest.raises(ValueError, match="same shape"):
+        hh.js_divergence(p, q[:2])
+    att = [np.tile(np.eye(24)[None, None, None], (2, 3, 2, 1, 1)) for _ in range(2)]
+    att[1] = att[1].copy()
+    att[1][0, :, 1] = 1.0 / 24
+    drift = hh.js_drift(att, [4, 4, 4])
+    assert drift.shape == (2, 2, 2)
+    assert np.all(drift[0] == 0) and drift[1, 0, 1] > 0 and drift[1, 1, 1] == 0
+
+
+def test_targeted_finetune_touches_only_chosen_rows(model, data):
+    split, caps, _ = data
+    ids = [tv.encode_caption(s.objects) for s in split.scenes]
+    tuned, losses = hh.targeted_finetune(model, [(1, 3)], split.images, ids, steps=3, batch_size=4)
+    assert len(losses) == 3
+    before, after = model.state_dict(), tuned.state_dict()
+    changed = [k for k in before if not torch.equal(before[k], after[k])]
+    assert sorted(changed) == ["lm.model.layers.1.self_attn.k_proj.weight", "lm.model.layers.1.self_attn.q_proj.weight"]
+    dh = model.layers[1].self_attn.head_dim
+    diff = (after["lm.model.layers.1.self_attn.q_proj.weight"] - before["lm.model.layers.1.self_attn.q_proj.weight"]).abs().sum(1)
+    assert torch.all(diff[3 * dh:4 * dh] > 0) and torch.all(diff[:3 * dh] == 0) and torch.all(diff[4 * dh:] == 0)
+    with pytest.raises(ValueError, match="head index"):
+        hh.targeted_finetune(model, [(1, 9)], split.images, ids, steps=1)
+    with pytest.raises(ValueError, match="steps"):
+        hh.targeted_finetune(model, [(1, 3)], split.images, ids, steps=0)
+
+
+def test_caption_chair_and_reduction(model, data):
+    split, _, _ = data
+    caps, c = hh.caption_chair(model, split.images, split.truth)
+    assert len(caps) == 8 and set(c) == {"chair_s", "chair_i", "recall", "n"}
+    assert hh.relative_reduction(20.0, 15.0) == pytest.approx(0.25)
+    assert hh.relative_reduction(0.0, 3.0) == 0.0
+
+
+def test_choose_tau_and_head_mean():
+    base = {"chair_s": 40.0, "chair_i": 14.0, "recall": 99.0}
+    sweep = {0.0: {"chair_s": 20.0, "recall": 95.0}, 0.2: {"chair_s": 25.0, "recall": 98.5},
+             0.4: {"chair_s": 25.0, "recall": 99.0}, 0.6: {"chair_s": 38.0, "recall": 99.0}}
+    assert hh.choose_tau(sweep, base) == 0.4          # 0.0 loses too much recall; ties go to the larger tau
+    assert hh.choose_tau(sweep, base, max_recall_drop=5.0) == 0.0
+    with pytest.raises(ValueError, match="no tau"):
+        hh.choose_tau({0.0: {"chair_s": 1.0, "recall": 50.0}}, base)
+    values = np.arange(32.0).reshape(4, 8)
+    assert hh.head_mean(values, [(0, 1), (3, 7)]) == pytest.approx((1 + 31) / 2)

@@ -1,0 +1,311 @@
+"""Unit tests for companion_lib.tinyvlm (the table-top world and the tiny LLaVA-style model)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformers import LlamaForCausalLM
+
+from companion_lib import tinyvlm as tv
+from companion_lib.tinyvlm import world as W
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    m = tv.TinyVLM(tv.tiny_llama_config())
+    m.eval()
+    return m
+
+
+@pytest.fixture(scope="module")
+def batch():
+    rng = np.random.default_rng(0)
+    split = tv.make_split(6, rng, "natural", occlusion=False)
+    ids, labels = tv.caption_batch([tv.encode_caption(s.objects) for s in split.scenes])
+    return split, ids, labels, tv.as_patches(split.images)
+
+
+# -- world --------------------------------------------------------------------------------------
+def test_vocabulary_and_pairs():
+    assert len(tv.VOCAB) == len(set(tv.VOCAB)) == 16
+    assert set(tv.CANONICAL_ORDER) == set(tv.OBJECTS)
+    assert tv.CANONICAL_ORDER[-4:] == tv.PARTNERS
+    for trig, partner in tv.PAIRS.items():  # a pair shares its colour but not its shape
+        a, b = W.glyph(trig), W.glyph(partner)
+        assert np.allclose(a.max((0, 1)), b.max((0, 1)))
+        assert not np.array_equal(a > 0, b > 0)
+    masks = {w: (W.glyph(w).sum(-1) > 0).tobytes() for w in tv.OBJECTS}
+    assert len(set(masks.values())) == len(tv.OBJECTS)
+
+
+def test_render_and_patchify_roundtrip():
+    scene = tv.Scene(drawn={0: "fork", 15: "clock"}, mentioned=frozenset({"fork", "clock", "knife"}))
+    img = tv.render(scene, noise=0.0)
+    assert img.shape == (20, 20, 3)
+    p = tv.patchify(img[None])
+    assert p.shape == (1, 16, 75)
+    np.testing.assert_array_equal(p[0, 0].reshape(5, 5, 3), W.glyph("fork"))
+    np.testing.assert_array_equal(p[0, 15].reshape(5, 5, 3), W.glyph("clock"))
+    assert np.all(p[0, 1:15] == 0)
+    assert scene.objects == {"fork", "clock"}
+    assert tv.sketch_tokens(scene)[0] == tv.TOKEN_ID["fork"] and tv.sketch_tokens(scene)[1] == tv.TOKEN_ID["<blank>"]
+
+
+def test_captions_are_canonical_and_roundtrip():
+    ids = tv.encode_caption({"knife", "fork", "clock"})
+    assert [tv.VOCAB[i] for i in ids] == ["describe", "fork", "clock", "knife", ".", "<eos>"]
+    assert tv.decode_caption(ids[1:]) == ["fork", "clock", "knife"]
+
+
+def test_occlusion_statistics():
+    rng = np.random.default_rng(1)
+    cfg = tv.WorldConfig()
+    scenes = [W.sample_scene(rng, cfg) for _ in range(4000)]
+    # a mentioned partner of a present trigger is not drawn with probability about p_occluded
+    occ = [p not in s.objects for s in scenes for t, p in tv.PAIRS.items() if t in s.objects and p in s.mentioned]
+    assert abs(np.mean(occ) - cfg.p_occluded) < 0.05
+    assert all(s.objects <= s.mentioned for s in scenes)
+    test = [W.sample_scene(rng, cfg, occlusion=False) for _ in range(500)]
+    assert all(s.objects == s.mentioned for s in test)
+    tri = tv.make_split(200, rng, "trigger_only")
+    for s in tri.scenes:
+        trig = [w for w in s.objects if w in tv.TRIGGERS]
+        assert len(trig) == 1 and tv.PAIRS[trig[0]] not in s.objects
+
+
+def test_chair_exact_values():
+    caps = [["fork", "knife"], ["cup"], ["dog", "frisbee", "car"]]
+    truths = [{"fork"}, {"cup", "clock"}, {"dog", "frisbee", "car"}]
+    c = tv.chair(caps, truths)
+    assert c["chair_s"] == pytest.approx(100 / 3)
+    assert c["chair_i"] == pytest.approx(100 / 6)
+    assert c["recall"] == pytest.approx(100 * 5 / 6)
+
+
+def test_world_bad_input():
+    with pytest.raises(ValueError, match="unknown object word 'cat'"):
+        tv.chair([["cat"]], [{"fork"}])
+    with pytest.raises(ValueError, match="captions must not be empty"):
+        tv.chair([], [])
+    with pytest.raises(ValueError, match="same length"):
+        tv.chair([["fork"]], [])
+    with pytest.raises(ValueError, match="images must have shape"):
+        tv.patchify(np.zeros((2, 16, 16, 3)))
+    with pytest.raises(ValueError, match="kind"):
+        tv.make_split(3, np.random.default_rng(0), "indoor")
+    with pytest.raises(TypeError, match="rng"):
+        tv.make_split(3, 0)
+    with pytest.raises(ValueError, match="p_occluded"):
+        tv.WorldConfig(p_occluded=1.5)
+    with pytest.raises(ValueError, match="unknown object word"):
+        tv.encode_caption({"cat"})
+
+
+# -- model --------------------------------------------------------------------------------------
+def test_forward_layout(model, batch):
+    split, ids, labels, patches = batch
+    out = model(ids, patches=patches)
+    assert out.logits.shape == (6, tv.TEXT_START + ids.shape[1], len(tv.VOCAB))
+    emb = model.embed(ids, patches=patches)
+    np.testing.assert_allclose(emb[:, tv.IMAGE_SLICE].detach(), model.image_tokens(patches).detach())
+    assert isinstance(model.lm, LlamaForCausalLM) and model.lm.config.tie_word_embeddings
+    with pytest.raises(ValueError, match="exactly one"):
+        model.embed(ids)
+
+
+def test_attention_function_matches_eager(model, batch):
+    _, ids, _, patches = batch
+    ours = model(ids, patches=patches).logits
+    eager = tv.TinyVLM(tv.tiny_llama_config())
+    eager.load_state_dict(model.state_dict())
+    eager.lm.config._attn_implementation = "eager"
+    eager.eval()
+    np.testing.assert_allclose(ours.detach(), eager(ids, patches=patches).logits.detach(), atol=1e-5)
+
+
+def test_caption_batch_labels_and_errors():
+    ids, labels = tv.caption_batch([[4, 6, 5, 2], [4, 5, 2]])
+    assert ids.tolist() == [[4, 6, 5, 2], [4, 5, 2, 0]]
+    assert labels.tolist() == [[6, 5, 2, -100], [5, 2, -100, -100]]
+    with pytest.raises(ValueError, match="caption 0 is empty"):
+        tv.caption_batch([[4]])
+    with pytest.raises(ValueError, match="must not be empty"):
+        tv.caption_batch([])
+
+
+def test_greedy_captions_shapes(model, batch):
+    split = batch[0]
+    caps = tv.greedy_captions(model, split.images, max_new_tokens=4)
+    assert len(caps) == 6 and all(isinstance(c, list) and len(c) <= 4 for c in caps)
+    sk = np.array([tv.sketch_tokens(s) for s in split.scenes])
+    assert len(tv.greedy_captions(model, sketches=sk, max_new_tokens=3)) == 6
+    with pytest.raises(ValueError, match="sketches must have shape"):
+        tv.greedy_captions(model, sketches=sk[:, :5])
+
+
+# -- hooks --------------------------------------------------------------------------------------
+def test_record_attention_rows_sum_to_one_and_cleanup(model, batch):
+    _, ids, _, patches = batch
+    with tv.record_attention(model) as rec:
+        model(ids, patches=patches)
+    assert len(rec) == model.n_layers
+    A = rec[0][0]
+    assert A.shape == (6, model.n_heads, tv.TEXT_START + ids.shape[1], tv.TEXT_START + ids.shape[1])
+    np.testing.assert_allclose(A.sum(-1).detach(), 1.0, atol=1e-5)
+    assert torch.all(A.triu(1) == 0)
+    assert not any(hasattr(l.self_attn, "_tinyvlm_record") for l in model.layers)
+
+
+def test_head_mask_zeroes_the_head_slice(model, batch):
+    _, ids, _, patches = batch
+    seen = {}
+    handle = model.layers[1].self_attn.o_proj.register_forward_hook(  # sees the input after pre-hooks
+        lambda mod, args, out: seen.__setitem__("z", args[0].detach().clone()))
+    try:
+        with tv.head_mask(model, [(1, 2)]):
+            model(ids, patches=patches)
+    finally:
+        handle.remove()
+    dh = model.layers[1].self_attn.head_dim
+    z = seen["z"]
+    assert torch.all(z[..., 2 * dh:3 * dh] == 0) and torch.any(z[..., 3 * dh:] != 0)
+    assert not model.layers[1].self_attn.o_proj._forward_pre_hooks
+    base = model(ids, patches=patches).logits
+    with tv.head_mask(model, [(1, 2)], scale=1.0):
+        np.testing.assert_allclose(model(ids, patches=patches).logits.detach(), base.detach(), atol=1e-6)
+
+
+def test_module_ablation_and_mha_sum_of_heads(model, batch):
+    _, ids, _, patches = batch
+    all_heads = [(0, h) for h in range(model.n_heads)]
+    with tv.head_mask(model, all_heads):
+        a = model(ids, patches=patches).logits
+    with tv.module_ablation(model, 0, "mha"):
+        b = model(ids, patches=patches).logits
+    np.testing.assert_allclose(a.detach(), b.detach(), atol=1e-5)  # o_proj has no bias
+    with tv.module_ablation(model, 2, "mlp"):
+        c = model(ids, patches=patches).logits
+    assert not torch.allclose(c, model(ids, patches=patches).logits)
+    with pytest.raises(ValueError, match="kind"):
+        with tv.module_ablation(model, 0, "ffn"):
+            pass
+    with pytest.raises(ValueError, match="layer index 7 out of range"):
+        with tv.module_ablation(model, 7, "mha"):
+            pass
+
+
+def test_reweighting_and_adhh(model, batch):
+    _, ids, _, patches = batch
+    base = model(ids, patches=patches).logits
+    heads = [(0, 1), (3, 4)]
+    with tv.reweight_text(model, heads, 1.0):
+        np.testing.assert_allclose(model(ids, patches=patches).logits.detach(), base.detach(), atol=1e-6)
+    with tv.reweight_text(model, heads, 0.0):
+        zero = model(ids, patches=patches).logits
+    with tv.adaptive_deactivation(model, heads, 0.0):
+        adhh = model(ids, patches=patches).logits
+    np.testing.assert_allclose(zero.detach(), adhh.detach(), atol=1e-6)
+    with tv.adaptive_deactivation(model, heads, 1.0):  # text mass < 1 whenever an image is seen
+        np.testing.assert_allclose(model(ids, patches=patches).logits.detach(), base.detach(), atol=1e-6)
+    # the image-block rows are never edited (their text mass is zero by causality)
+    np.testing.assert_allclose(zero[:, :tv.TEXT_START].detach(), base[:, :tv.TEXT_START].detach(), atol=1e-6)
+    with tv.record_attention(model) as rec, tv.reweight_text(model, [(0, 1)], 0.0):
+        model(ids, patches=patches)
+    A = rec[0][0]
+    assert torch.all(A[:, 1, tv.TEXT_START:, tv.TEXT_START:] == 0)
+    assert not any(hasattr(l.self_attn, "_tinyvlm_edits") for l in model.layers)
+
+
+def test_intervention_bad_input(model):
+    with pytest.raises(ValueError, match=r"alpha must lie in \[0, 1\]"):
+        with tv.reweight_text(model, [(0, 0)], 1.5):
+            pass
+    with pytest.raises(ValueError, match="alpha must be >= 1"):
+        with tv.reweight_image(model, [(0, 0)], 0.5):
+            pass
+    with pytest.raises(ValueError, match="head index 8 out of range"):
+        with tv.head_mask(model, [(0, 8)]):
+            pass
+    with pytest.raises(ValueError, match="layer index 4 out of range"):
+        tv.check_heads(model, [(4, 0)])
+    with pytest.raises(ValueError, match="tau"):
+        with tv.adaptive_deactivation(model, [(0, 0)], -0.1):
+            pass
+    with pytest.raises(ValueError, match="out of range"):
+        with tv.residual_edit(model, -2, lambda h: h):
+            pass
+
+
+def test_hooks_clean_up_after_errors(model, batch):
+    _, ids, _, patches = batch
+    with pytest.raises(RuntimeError):
+        with tv.head_mask(model, [(0, 0)]), tv.reweight_text(model, [(0, 0)], 0.0):
+            raise RuntimeError("boom")
+    assert not model.layers[0].self_attn.o_proj._forward_pre_hooks
+    assert not hasattr(model.layers[0].self_attn, "_tinyvlm_edits")
+
+
+def test_residual_edit(model, batch):
+    _, ids, _, patches = batch
+    base = model(ids, patches=patches).logits
+    for layer in (-1, 0, 3):
+        with tv.residual_edit(model, layer, lambda h: h):
+            np.testing.assert_allclose(model(ids, patches=patches).logits.detach(), base.detach(), atol=1e-6)
+
+    def wipe_image(h):
+        h = h.clone()
+        h[:, tv.IMAGE_SLICE] = 0
+        return h
+
+    with tv.residual_edit(model, -1, wipe_image):
+        a = model(ids, patches=patches).logits
+    zero = torch.zeros_like(patches)
+    b_inputs = model.embed(ids, patches=patches).detach()
+    b_inputs[:, tv.IMAGE_SLICE] = 0
+    b = model.lm(inputs_embeds=b_inputs).logits
+    np.testing.assert_allclose(a.detach(), b.detach(), atol=1e-5)
+    del zero
+
+
+# -- training -----------------------------------------------------------------------------------
+TINY = tv.TrainConfig(n_text=200, n_image=100, text_steps=3, align_steps=2, tune_steps=3, batch_size=8,
+                      probe_every=2, n_probe=4)
+
+
+def test_training_is_deterministic_and_staged():
+    a = tv.train_world(3, TINY)
+    b = tv.train_world(3, TINY)
+    for k in a.final_state:
+        torch.testing.assert_close(a.final_state[k], b.final_state[k], rtol=0, atol=0)
+    lm_keys = [k for k in a.base_state if k.startswith("lm.")]
+    vis_keys = [k for k in a.base_state if not k.startswith("lm.")]
+    # alignment trains only the encoder and projector
+    assert all(torch.equal(a.base_state[k], a.aligned_state[k]) for k in lm_keys)
+    assert any(not torch.equal(a.base_state[k], a.aligned_state[k]) for k in vis_keys)
+    assert a.probe_steps == [0, 2, 3] and len(a.probe_attention) == 3
+    assert a.probe_attention[0].shape[:3] == (4, 4, 8)
+    assert len(a.losses["text"]) == 3 and len(a.losses["tune"]) == 3
+    c = tv.train_world(4, TINY)
+    assert not torch.equal(a.final_state["lm.model.embed_tokens.weight"], c.final_state["lm.model.embed_tokens.weight"])
+    m = tv.build_model(a.final_state, TINY)
+    assert isinstance(m, tv.TinyVLM) and not m.training
+
+
+def test_trained_world_is_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("BOOK_CACHE_DIR", str(tmp_path))
+    a = tv.trained_world(5, TINY)
+    b = tv.trained_world(5, TINY)
+    assert any(tmp_path.rglob("*.pkl")) or any(tmp_path.rglob("output.pkl"))
+    for k in a.final_state:
+        torch.testing.assert_close(a.final_state[k], b.final_state[k], rtol=0, atol=0)
+
+
+def test_train_bad_input():
+    with pytest.raises(ValueError, match="seed"):
+        tv.train_world(-1, TINY)
+    with pytest.raises(ValueError, match="batch_size"):
+        tv.TrainConfig(batch_size=0)
+    with pytest.raises(ValueError, match="divisible"):
+        tv.tiny_llama_config(hidden_size=30, n_head=8)
