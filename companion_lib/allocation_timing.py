@@ -39,6 +39,8 @@ from typing import Callable
 import numpy as np
 from scipy import special, stats
 
+from .common.validation import check_int
+
 __all__ = [
     "Population", "beta_population", "two_group_population", "linear_signal",
     "active_weights", "observation_pmf", "ranking_risk", "ranking_risk_curve",
@@ -53,11 +55,7 @@ RULES = ("prediction", "random", "oracle")
 
 # -- validation helpers ------------------------------------------------------------------------------
 def _int(value: object, name: str, low: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}")
-    return int(value)
+    return check_int(value, name, low=low)  # shared with the other chapters (companion_lib.common.validation)
 
 
 def _real(value: object, name: str, low: float, high: float, open_low: bool = False) -> float:

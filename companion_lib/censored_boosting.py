@@ -46,6 +46,8 @@ from scipy.interpolate import BSpline
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.tree import DecisionTreeRegressor
 
+from .common.validation import check_positive_int
+
 __all__ = [
     "IntervalCensoredData", "mean_function", "simulate_interval_censored",
     "truncated_log_moments", "oracle_survival_status",
@@ -88,12 +90,7 @@ def _intervals(left, right) -> tuple[np.ndarray, np.ndarray]:
     return L, R
 
 
-def _positive_int(v, name: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-    if v < 1:
-        raise ValueError(f"{name} must be >= 1, got {v}")
-    return int(v)
+_positive_int = check_positive_int  # shared with the other chapters (companion_lib.common.validation)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -42,6 +42,8 @@ from itertools import combinations
 import numpy as np
 from scipy.optimize import minimize
 
+from .common.validation import check_finite_vector, check_positive_int
+
 __all__ = [
     "CensoredMNLEnv", "make_environment", "censored_choice_probabilities", "expected_revenue",
     "revenue_price_gradient", "all_assortments", "best_assortment", "topk_assortment",
@@ -55,23 +57,10 @@ __all__ = [
 # --------------------------------------------------------------------------------------------------
 # input checks
 # --------------------------------------------------------------------------------------------------
-def _vector(a, name: str, n: int | None = None) -> np.ndarray:
-    a = np.asarray(a, dtype=float)
-    if a.ndim != 1:
-        raise ValueError(f"{name} must be a 1-D array, got shape {a.shape}")
-    if n is not None and a.shape[0] != n:
-        raise ValueError(f"{name} must have length {n}, got {a.shape[0]}")
-    if not np.all(np.isfinite(a)):
-        raise ValueError(f"{name} must be finite (no NaN or inf)")
-    return a
+_vector = check_finite_vector  # shared with the other chapters (companion_lib.common.validation)
 
 
-def _positive_int(k, name: str) -> int:
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(k).__name__}")
-    if k < 1:
-        raise ValueError(f"{name} must be >= 1, got {k}")
-    return int(k)
+_positive_int = check_positive_int
 
 
 def _masks(offered, n: int) -> np.ndarray:

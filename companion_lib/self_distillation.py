@@ -40,6 +40,8 @@ from scipy.optimize import minimize
 from scipy.spatial.distance import squareform
 from scipy.special import log_softmax, softmax
 
+from .common.validation import check_positive
+
 __all__ = [
     "one_hot", "softmax_outputs", "fit_softmax_ridge", "stationarity_residual",
     "self_distill", "SelfDistillation", "top2_targets", "gce_loss", "fit_gce", "fit_pll_student",
@@ -86,12 +88,7 @@ def _num_classes(K) -> int:
     return int(K)
 
 
-def _positive(x, name: str) -> float:
-    if isinstance(x, bool) or not isinstance(x, (int, float, np.floating, np.integer)):
-        raise TypeError(f"{name} must be a number, got {type(x).__name__}")
-    if not (np.isfinite(x) and x > 0):
-        raise ValueError(f"{name} must be a positive finite number, got {x}")
-    return float(x)
+_positive = check_positive  # shared with the other chapters (companion_lib.common.validation)
 
 
 def _noise_rate(eta) -> float:

@@ -8,16 +8,13 @@ import torch
 from torch import nn
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PretrainedConfig
 
+from ..common.validation import check_positive_int
+
 __all__ = ["gpt2_config", "llama_config", "tiny_causal_lm", "LastTokenScorer", "last_positions",
            "position_ids_from_mask"]
 
 
-def _positive_int(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-    return value
+_positive_int = check_positive_int  # shared with the other chapters (companion_lib.common.validation)
 
 
 def gpt2_config(vocab_size: int, n_positions: int = 32, n_embd: int = 32, n_layer: int = 2,

@@ -11,6 +11,8 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from ..common.validation import check_positive_int
+
 __all__ = ["minibatches", "train_loop", "lm_loss", "train_lm", "TrainResult"]
 
 
@@ -18,10 +20,7 @@ def minibatches(n: int, batch_size: int, epochs: int = 1,
                 generator: torch.Generator | None = None, shuffle: bool = True) -> Iterator[torch.Tensor]:
     """Index tensors covering ``range(n)`` once per epoch, in batches of ``batch_size`` (the last may be smaller)."""
     for name, value in (("n", n), ("batch_size", batch_size), ("epochs", epochs)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-        if value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
+        check_positive_int(value, name)
     for _ in range(epochs):
         order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
         yield from order.split(batch_size)
