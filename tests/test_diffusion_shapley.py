@@ -466,13 +466,15 @@ def test_gradient_attribution_aggregates_per_contributor_and_validates():
 
 
 def test_trak_scores_an_exact_copy_of_the_targets_highest():
-    """With the generated samples set to one contributor's own points, TRAK credits that contributor most."""
-    params, X, owner, schedule = _tiny_model_and_data(seed=2)
-    params = ds.train_denoisers(params, X, owner, np.ones((1, 8), bool), schedule, 30, lr=1e-2, batch=8)
-    X = np.asarray(X)
-    hits = 0
+    """With one contributor's own points as the targets, TRAK credits that contributor most (contributor 3,
+    whose modes are those of 0 and 1, may come second)."""
+    X, owner = ds.make_contributors(6, seed=2)
+    schedule = ds.linear_beta_schedule(10, 1e-4, 0.05)
+    params = ds.train_denoisers(ds.init_denoisers(1, 6, seed=2), X, owner, np.ones((1, 8), bool), schedule, 50,
+                                lr=1e-2, batch=8)
+    ranks = []
     for i in range(8):
         tau = ds.gradient_attribution(params, X, owner, X[owner == i], schedule, method="trak", n_draws=16,
-                                      proj_dim=16, damping=1e-2, seed=0)
-        hits += int(np.argmax(tau) == i)
-    assert hits >= 6
+                                      proj_dim=64, damping=1e-2, seed=0)
+        ranks.append(int((tau > tau[i]).sum()))
+    assert max(ranks) <= 1 and sum(r == 0 for r in ranks) >= 7
