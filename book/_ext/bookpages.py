@@ -52,7 +52,7 @@ logger = logging.getLogger(__name__)
 
 CLAIMS_MIME = "application/vnd.iclr2025-reproduced.claims+json"
 SUMMARY_PAGES = ("book/scoreboard", "book/runtimes")
-_REPRODUCE = re.compile(r"^chapters/([^/]+)/reproduce$")
+_REPRODUCE = re.compile(r"^chapters/([^/]+)/reproduce[\w-]*$")  # reproduce.md, or reproduce-*.md
 _EXERCISE_TEXT = re.compile(r"^\s*Exercise\s+(\d+)\b")
 _NBGRADER_MARKER = re.compile(r"^[ \t]*### (BEGIN|END) (SOLUTION|HIDDEN TESTS)[ \t]*\n?", re.M)
 MATHJAX_PACKAGE = "sphinx-mathjax-offline"
@@ -163,14 +163,19 @@ class ClaimsScoreboard(SphinxDirective):
         summary_rows, summary_attrs, sections = [], [], []
         totals = dict.fromkeys(OUTCOMES, 0)
         missing = 0
+        by_chapter: dict[str, list[str]] = {}
         for docname in _chapter_docnames(env):
-            chapter = docname.split("/")[1]
-            title = env.titles[docname].astext() if docname in env.titles else chapter
+            by_chapter.setdefault(docname.split("/")[1], []).append(docname)
+        for chapter, docnames in sorted(by_chapter.items()):
+            docname = docnames[0]
             overview = f"chapters/{chapter}/index"
+            title = env.titles[overview].astext() if overview in env.titles else chapter
             link_doc = overview if overview in env.found_docs else docname
             link = (f'<a href="{app.builder.get_relative_uri(env.docname, link_doc)}">{html.escape(chapter)}</a>')
-            page = f'<a href="{app.builder.get_relative_uri(env.docname, docname)}">reproduce page</a>'
-            rows = claims.get(docname)
+            page = ", ".join(f'<a href="{app.builder.get_relative_uri(env.docname, d)}">{html.escape(d.split("/")[-1])} page</a>'
+                             for d in docnames)
+            found = [claims.get(d) for d in docnames]
+            rows = [r for part in found if part for r in part] if all(found) else None
             rt = runtimes.get(chapter)
             runtime = (f"{rt.get('cpu_seconds', 0):.0f} s CPU, {rt['seconds']:.0f} s wall" if rt else "—")
             anchor = f"claims-{chapter}"

@@ -240,7 +240,8 @@ def check_scoreboard(scoreboard_html: str, reproduce_pages: dict[str, str],
                      exported: dict[str, dict] | None = None, page: str = "book/scoreboard") -> list[Problem]:
     """The scoreboard's counts equal those of the claims tables the reproduce pages show.
 
-    ``reproduce_pages`` maps a chapter id to its reproduce page's HTML; ``exported`` (optional) maps a
+    ``reproduce_pages`` maps a chapter id to its reproduce page's HTML (or a list, one per reproduce
+    page); ``exported`` (optional) maps a
     chapter id to the JSON that :meth:`ClaimTable.export` wrote when the notebook ran.
     """
     shown = scoreboard_counts(scoreboard_html)
@@ -248,7 +249,9 @@ def check_scoreboard(scoreboard_html: str, reproduce_pages: dict[str, str],
         return [Problem(page, "scoreboard", "the scoreboard has no per-chapter summary")]
     problems = []
     for chapter, html in sorted(reproduce_pages.items()):
-        rows = parse_claims_html(html)
+        pages = [html] if isinstance(html, str) else list(html)
+        found = [parse_claims_html(h) for h in pages]
+        rows = [r for part in found if part for r in part] if all(found) else None
         on_page = _counts(rows) if rows else None
         if chapter not in shown:
             problems.append(Problem(page, "scoreboard", f"{chapter} is not on the scoreboard"))
@@ -303,7 +306,9 @@ def check_site(root: Path, claims: Path | None = None) -> list[Problem]:
                                      [f"../chapters/{f.name}/index.html" for f in chapters], "book/intro.html")
     scoreboard = root / "book" / "scoreboard.html"
     if scoreboard.is_file():
-        pages = {p.parent.name: p.read_text(encoding="utf-8") for p in (root / "chapters").glob("*/reproduce.html")}
+        pages: dict[str, list[str]] = {}
+        for p in sorted((root / "chapters").glob("*/reproduce*.html")):
+            pages.setdefault(p.parent.name, []).append(p.read_text(encoding="utf-8"))
         exported = None
         if claims is not None:
             exported = {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in Path(claims).glob("*.json")}
