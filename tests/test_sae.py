@@ -1,0 +1,162 @@
+"""Tests of companion_lib.sae (chapter 13: SAEs do not find canonical units).
+
+The TopK/BatchTopK forward pass and reconstruction loss are cross-checked against sae-lens 6.54
+(``TopKTrainingSAE``, ``BatchTopKTrainingSAE``) on the same weights and data; sae-lens is imported only
+here, never at run time.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from companion_lib import sae as S
+
+
+@pytest.fixture(scope="module")
+def world_and_data():
+    rng = np.random.default_rng(0)
+    world = S.make_world(rng)
+    return world, S.sample_activations(world, 6000, rng), S.sample_activations(world, 1000, rng)
+
+
+def test_world_structure():
+    rng = np.random.default_rng(1)
+    w = S.make_world(rng, d=16, n_atoms=6, n_entities=10, atoms_per_entity=2, specific_weight=0.0)
+    assert w.atoms.shape == (6, 16) and w.entities.shape == (10, 16) and w.entity_atoms.shape == (10, 2)
+    assert np.allclose(np.linalg.norm(w.entities, axis=1), 1)
+    # with no specific direction, an entity is the normalised sum of its atoms
+    e = w.atoms[w.entity_atoms[0]].sum(0)
+    assert np.allclose(w.entities[0], e / np.linalg.norm(e))
+    X = S.sample_activations(w, 50, rng)
+    assert X.shape == (50, 16) and X.dtype == np.float32
+
+
+def test_topk_and_batch_topk_counts():
+    z = torch.randn(7, 12) + 0.5
+    f = S.topk_per_sample(z, 3)
+    assert ((f > 0).sum(1) <= 3).all() and (f >= 0).all()
+    g = S.batch_topk(z, 3)
+    assert int((g > 0).sum()) <= 21
+    # batch top-k keeps exactly the 21 largest positive entries of the batch
+    kept = torch.sort(torch.relu(z).flatten(), descending=True).values[:21]
+    assert torch.allclose(torch.sort(g[g > 0], descending=True).values, kept[kept > 0])
+
+
+def test_topk_is_batch_invariant_but_batch_topk_is_not():
+    torch.manual_seed(0)
+    z = torch.randn(8, 10)
+    assert torch.equal(S.topk_per_sample(z, 2)[:4], S.topk_per_sample(z[:4], 2))
+    z2 = z.clone(); z2[4:] += 3.0        # make the rest of the batch stronger
+    assert not torch.equal(S.batch_topk(z2, 2)[:4], S.batch_topk(z2[:4], 2))
+
+
+@pytest.mark.parametrize("kind", ["topk", "batchtopk"])
+def test_forward_and_loss_match_sae_lens(kind):
+    sae_lens = pytest.importorskip("sae_lens")
+    from sae_lens.saes.sae import TrainStepInput
+    torch.manual_seed(0)
+    d, m, k, B = 8, 16, 3, 32
+    ours = S.SparseAutoencoder(d, m, k, kind, W_enc=torch.randn(d, m), b_enc=0.1 * torch.randn(m),
+                               W_dec=torch.nn.functional.normalize(torch.randn(m, d), dim=1), b_dec=torch.randn(d))
+    Cfg, Cls = ((sae_lens.TopKTrainingSAEConfig, sae_lens.TopKTrainingSAE) if kind == "topk"
+                else (sae_lens.BatchTopKTrainingSAEConfig, sae_lens.BatchTopKTrainingSAE))
+    theirs = Cls(Cfg(d_in=d, d_sae=m, k=k, rescale_acts_by_decoder_norm=False))
+    with torch.no_grad():
+        for name in ("W_enc", "b_enc", "W_dec", "b_dec"):
+            getattr(theirs, name).copy_(getattr(ours, name))
+    x = torch.randn(B, d)
+    with torch.no_grad():
+        f_ours = ours.encode(x, batch=True)
+        f_theirs = theirs.encode(x)
+        assert torch.allclose(f_ours, f_theirs, atol=1e-6)
+        assert torch.allclose(ours.decode(f_ours), theirs.decode(f_theirs), atol=1e-5)
+        out = theirs.training_forward_pass(TrainStepInput(x, {}, torch.zeros(m, dtype=torch.bool), 0, False))
+    ours_mse = (x - ours.decode(f_ours)).pow(2).sum(-1).mean()
+    assert torch.allclose(out.losses["mse_loss"], ours_mse, atol=1e-5)
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="k must be <= the width"):
+        S.SparseAutoencoder(4, 3, 5)
+    with pytest.raises(ValueError, match="k must be a positive"):
+        S.SparseAutoencoder(4, 3, 0)
+    with pytest.raises(ValueError, match="W_dec must have shape"):
+        S.SparseAutoencoder(4, 3, 1, W_enc=torch.zeros(4, 3), W_dec=torch.zeros(5, 4))
+    X = np.ones((10, 4), np.float32); X[3, 1] = np.nan
+    with pytest.raises(ValueError, match="X contains NaN"):
+        S.train_sae(X, 3, 1, steps=2)
+    with pytest.raises(ValueError, match="k must be <= the width"):
+        S.train_sae(np.ones((10, 4)), 3, 4, steps=2)
+    with pytest.raises(ValueError, match="kind"):
+        S.SparseAutoencoder(4, 3, 1, kind="relu")
+    with pytest.raises(ValueError, match="decoder width"):
+        S.JumpReLUDictionary(np.zeros((4, 3)), np.zeros(3), np.zeros((2, 4)), np.zeros(4), np.zeros(3))
+    a = S.JumpReLUDictionary(np.zeros((4, 3)), np.zeros(3), np.eye(3, 4), np.zeros(4), np.zeros(3))
+    b = S.JumpReLUDictionary(np.zeros((5, 3)), np.zeros(3), np.eye(3, 5), np.zeros(5), np.zeros(3))
+    with pytest.raises(ValueError, match="different input dimension"):
+        S.insertion_deltas(a, b, np.zeros((2, 4)))
+    with pytest.raises(ValueError, match="n must be a positive"):
+        S.sample_activations(S.make_world(np.random.default_rng(0)), 0, np.random.default_rng(0))
+
+
+def test_training_keeps_unit_decoder_and_threshold(world_and_data):
+    world, X, Xt = world_and_data
+    sae, hist = S.train_sae(X, 16, 2, steps=300, seed=0)
+    assert np.allclose(sae.W_dec.detach().norm(dim=1).numpy(), 1, atol=1e-5)
+    assert torch.isfinite(sae.threshold) and float(sae.threshold) > 0
+    assert hist.loss[-1] < hist.loss[0]
+    # the threshold gives about k active latents per sample at inference
+    assert 1.0 < S.mean_l0(sae, Xt) < 3.0
+    assert 0 < S.nmse(sae, Xt) < 1
+    # inference code of a sample does not depend on its batch
+    x = torch.as_tensor(Xt[:20])
+    with torch.no_grad():
+        assert torch.equal(sae.encode(x, batch=False)[:5], sae.encode(x[:5], batch=False))
+
+
+def test_meta_sae_bias_fixed_at_zero():
+    rng = np.random.default_rng(3)
+    w = S.make_world(rng, n_entities=100)
+    meta, _ = S.train_meta_sae(w.entities, 20, 3, steps=200, seed=0)
+    assert torch.count_nonzero(meta.b_dec) == 0
+    g = S.meta_decomposition(meta, w.entities)
+    assert g.shape == (100, 20)
+
+
+def test_insertion_deltas_match_brute_force(world_and_data):
+    world, X, Xt = world_and_data
+    A, _ = S.train_sae(X, 8, 2, steps=200, seed=0)
+    B, _ = S.train_sae(X, 16, 2, steps=200, seed=1)
+    DA, DB = A.as_dictionary(), B.as_dictionary()
+    delta = S.insertion_deltas(A, B, Xt)
+    x = Xt.astype(np.float64)
+    base = S._mse(DA, x)
+    for j in (0, 5, 11):
+        U = S._union(DA, DB).subset(list(range(8)) + [8 + j])
+        assert np.isclose(S._mse(U, x) - base, delta[j], rtol=1e-6, atol=1e-9)
+    # a B latent inside the union fires exactly as in B
+    U = S._union(DA, DB)
+    assert np.allclose(U.encode(x)[:, 8:], DB.encode(x), atol=1e-5)
+
+
+def test_stitching_path_ends_with_every_move(world_and_data):
+    world, X, Xt = world_and_data
+    A, _ = S.train_sae(X, 8, 2, steps=200, seed=0)
+    B, _ = S.train_sae(X, 16, 2, steps=200, seed=1)
+    path, moves = S.stitching_path(A, B, Xt[:300])
+    inserted = sorted(j for _, _, b in moves for j in b)
+    assert inserted == list(range(16))          # every B latent is added exactly once
+    removed = [i for _, a, _ in moves for i in a]
+    assert len(removed) == len(set(removed))    # every A latent is removed at most once
+    assert len(path) == len(moves) + 1
+    assert np.isclose(path[0], S._mse(A.as_dictionary(), Xt[:300].astype(np.float64)))
+
+
+def test_recovery_metrics():
+    atoms = np.eye(4)
+    assert S.recovered_fraction(atoms, np.eye(4)[:2]) == 0.5
+    assert np.allclose(S.max_cosine(np.eye(2), np.eye(2)), 1)
+    rng = np.random.default_rng(0)
+    w = S.make_world(rng, n_entities=5)
+    labels = S.classify_latents(np.vstack([w.atoms[:2], w.entities[:1], -w.atoms[:1]]), w)
+    assert list(labels[:3]) == ["atom", "atom", "entity"]
