@@ -147,3 +147,56 @@ def test_a_chapter_runs_from_the_installed_wheel_outside_the_repository(tmp_path
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert str(env) in result.stdout
     assert {p.name for p in work.iterdir()} == {"out.ipynb", "runner.py", notebook.name}
+
+
+# -- navigation and page hygiene, checked on the sources (the site check reads the built pages) ------
+CHAPTER_INDEXES = sorted((ROOT / "chapters").glob("*/index.md"))
+
+
+def _toc_chapters() -> set[str]:
+    import yaml
+
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    found = set()
+
+    def walk(node):
+        if isinstance(node, dict):
+            if str(node.get("file", "")).startswith("chapters/") and node["file"].endswith("/index"):
+                found.add(node["file"].split("/")[1])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(toc)
+    return found
+
+
+@pytest.mark.parametrize("index", [p for p in CHAPTER_INDEXES if p.parent.name in _toc_chapters()],
+                         ids=lambda p: p.parent.name)
+def test_every_overview_page_lists_its_notebooks_with_run_times(index):
+    text = index.read_text(encoding="utf-8")
+    assert "```{tableofcontents}" in text, f"{index}: no {{tableofcontents}} listing the chapter's notebooks"
+    assert "```{notebook-runtimes}" in text, f"{index}: no {{notebook-runtimes}} table"
+
+
+def test_every_chapter_in_the_book_is_on_its_part_page():
+    listed = set()
+    for part in sorted((ROOT / "book" / "parts").glob("part*.md")):
+        text = part.read_text(encoding="utf-8")
+        assert "```{part-chapters}" in text, f"{part}: the part page must list its chapters with {{part-chapters}}"
+        listed |= set(re.findall(r"^(\d\d) \|", text, re.M))
+    missing = sorted(c for c in _toc_chapters() if c[:2] not in listed)
+    assert not missing, f"chapters in _toc.yml but on no part page: {missing}"
+
+
+@pytest.mark.parametrize("md", NOTEBOOKS, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_setup_lines_print_nothing(md):
+    """limit_threads() returns the thread count and seed_everything() a Generator: as the last line of a
+    cell they print ``1`` or ``Generator(PCG64) at 0x...`` on the page. Assign them (``_ = ...``)."""
+    nb = read_notebook(md)
+    for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+        lines = [l for l in cell.source.rstrip().splitlines() if l.strip() and not l.lstrip().startswith("#")]
+        if lines and re.match(r"^(limit_threads|seed_everything)\(.*\)\s*(#.*)?$", lines[-1]):
+            pytest.fail(f"{md}: code cell {i} ends with {lines[-1].strip()!r}, which prints its return value")

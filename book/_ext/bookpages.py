@@ -182,7 +182,7 @@ class ClaimsScoreboard(SphinxDirective):
             if not rows:
                 missing += 1
                 summary_rows.append([link, "—", "—", "—", "—", runtime,
-                                     f"❔ claims missing: the {page} shows no claims table in this build"])
+                                     f"<em>claims missing</em>: the {page} shows no claims table in this build"])
                 summary_attrs.append(f' data-chapter="{html.escape(chapter)}" data-missing="1"')
                 continue
             counts = _counts(rows)
