@@ -193,6 +193,7 @@ def test_student_edition_sources(tmp_path):
 
     config = yaml.safe_load((out / "_config.yml").read_text(encoding="utf-8"))
     assert config["sphinx"]["config"]["hide_solutions"] is True
+    assert config["sphinx"]["config"]["bookpages_runtime_report"].endswith("_build/runtime.json")
     assert "*exercises*" in config["execute"]["exclude_patterns"]
     for md in EXERCISES:
         student = (out / md.relative_to(ROOT)).read_text(encoding="utf-8")

@@ -416,6 +416,7 @@ def make_student_source(root: Path, out: Path, cache: Path | None = None) -> Pat
         config["execute"]["cache"] = str(Path(cache).resolve())
     sphinx_config = config.setdefault("sphinx", {}).setdefault("config", {})
     sphinx_config["hide_solutions"] = True
+    sphinx_config["bookpages_runtime_report"] = str(root / "_build" / "runtime.json")  # run times of make test
     (out / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True), encoding="utf-8")
     return out
 
