@@ -290,7 +290,7 @@ def test_training_is_deterministic_and_staged():
     c = tv.train_world(4, TINY)
     assert not torch.equal(a.final_state["lm.model.embed_tokens.weight"], c.final_state["lm.model.embed_tokens.weight"])
     m = tv.build_model(a.final_state, TINY)
-    assert isinstance(m, tv.TinyVLM) and not m.training
+    assert isinstance(m, tv.TinyVLM) and not m.training and not any(p.requires_grad for p in m.parameters())
 
 
 def test_trained_world_is_cached(tmp_path, monkeypatch):

@@ -142,11 +142,14 @@ def _probe(model, patches, ids) -> np.ndarray:
 
 
 def build_model(state: dict, config: TrainConfig | dict | None = None) -> TinyVLM:
-    """A :class:`TinyVLM` with the given weights (``config`` sets the decoder's size)."""
+    """A :class:`TinyVLM` with the given weights (``config`` sets the decoder's size), in evaluation mode
+    and with gradients switched off (an analysis model; :func:`~companion_lib.hallucination_heads.targeted_finetune`
+    switches on what it trains in its own copy)."""
     cfg = config if isinstance(config, TrainConfig) else TrainConfig(**(config or {}))
     model = TinyVLM(tiny_llama_config(hidden_size=cfg.hidden_size, n_layer=cfg.n_layer, n_head=cfg.n_head))
     model.load_state_dict(state)
     model.eval()
+    model.requires_grad_(False)
     return model
 
 
