@@ -1,0 +1,28 @@
+r"""AttriBoT: a bag of tricks for fast leave-one-out context attribution (Liu, Kandpal and Raffel, ICLR 2025).
+
+* :mod:`.prompt`: :class:`ContextPrompt` (sources, paragraph groups, response positions; ablation, pruning).
+* :mod:`.task`: the category-copy QA task and the GPT-2 family (target, proxy-mid, proxy-small), built on
+  :mod:`companion_lib.tinylm`.
+* :mod:`.methods`: :class:`Scorer` (a model with a cost meter), exact :func:`loo` with or without a KV
+  cache, :func:`hierarchical_loo`, :func:`pruned_loo`, the baselines :func:`context_cite` and
+  :func:`attention_attribution`, :func:`generate_response`, and the faithfulness metrics.
+* :mod:`.experiment`: every method on the same prompts (:func:`run_methods`, :func:`summarize`).
+"""
+
+from .prompt import ContextPrompt
+from .task import (FAMILY, FamilyMember, answer_accuracy, load_member, make_example, make_prompts,
+                   non_embedding_params, task_tokenizer, task_vocabulary, train_family, train_member,
+                   training_batch)
+from .methods import (FLOOR, Attribution, Scorer, attention_attribution, average_precision,
+                      check_same_tokenizer, context_cite, faithfulness, generate_response, hierarchical_loo,
+                      lasso_surrogate, loo, pareto_front, pruned_loo, timed, topk_recall)
+from .experiment import method_specs, run_methods, summarize
+
+__all__ = [
+    "FAMILY", "FLOOR", "Attribution", "ContextPrompt", "FamilyMember", "Scorer", "answer_accuracy",
+    "attention_attribution", "average_precision", "check_same_tokenizer", "context_cite", "faithfulness",
+    "generate_response", "hierarchical_loo", "lasso_surrogate", "load_member", "loo", "make_example",
+    "make_prompts", "method_specs", "non_embedding_params", "pareto_front", "pruned_loo", "run_methods",
+    "summarize", "task_tokenizer", "task_vocabulary", "timed", "topk_recall", "train_family", "train_member",
+    "training_batch",
+]

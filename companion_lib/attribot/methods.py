@@ -1,0 +1,359 @@
+r"""Leave-one-out context attribution and the AttriBoT tricks (Liu, Kandpal and Raffel, ICLR 2025).
+
+For a context :math:`C=\{c_1,\dots,c_n\}`, a query and a response :math:`R` of a target LM :math:`f`,
+
+.. math::  \mathrm{LOO}(c_i) = \log p_f(R\mid C) - \log p_f(R\mid C\setminus\{c_i\}),
+           \qquad \log p_f(R\mid\cdot) = \textstyle\sum_t \log p_f(r_t\mid \cdot, r_{<t}).
+
+Exact LOO costs :math:`n+1` forward passes. The tricks, all composable:
+
+* **KV caching** (exact): the ablation of :math:`c_i=[a_i,b_i)` leaves tokens :math:`[0,a_i)` and their
+  keys/values unchanged, so only the suffix from :math:`b_i` is run, on top of the cached prefix.
+* **Hierarchical** (approximate): LOO over paragraphs, keep the top ``keep_groups``, then sentence LOO
+  inside the pruned context; it assumes the LOO of a paragraph is about the sum of its sentences'.
+* **Proxy** (approximate): LOO computed by a smaller model of the same family on the target's response.
+* **Proxy pruning + target re-scoring** (approximate): the proxy keeps its top ``keep_sources`` sources;
+  the target computes LOO on the pruned context.
+
+Baselines: attention weights from the response positions, and ContextCite (random ablations and a
+Lasso surrogate). Cost is counted as tokens processed :math:`\times` non-embedding parameters (about half
+the forward FLOPs) by :class:`Scorer`.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from scipy import stats
+from sklearn.linear_model import Lasso
+from sklearn.metrics import average_precision_score
+from transformers import DynamicCache
+
+from ..common.validation import check_positive_int, check_probability
+from .prompt import ContextPrompt
+from .task import non_embedding_params
+
+__all__ = ["Scorer", "Attribution", "check_same_tokenizer", "loo", "hierarchical_loo", "pruned_loo",
+           "context_cite", "lasso_surrogate", "attention_attribution", "generate_response",
+           "average_precision", "topk_recall", "faithfulness", "pareto_front", "FLOOR"]
+
+#: Rank score given to a source a method did not score (plus a tie-break in nats), below every real score.
+FLOOR = -1e9
+
+
+def _cache_kwarg(model) -> str:
+    """``cache`` in transformers 5.x (``past_key_values`` is deprecated), ``past_key_values`` before."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+class Scorer:
+    r"""A causal LM with its tokenizer and a cost meter.
+
+    ``cost`` accumulates tokens processed :math:`\times` non-embedding parameters over every forward pass;
+    ``passes`` counts the passes. All methods run under ``torch.no_grad``.
+    """
+
+    def __init__(self, model, tokenizer, name: str = "model") -> None:
+        if not hasattr(model, "config") or not callable(model):
+            raise TypeError("model must be a Hugging Face causal LM")
+        self.model, self.tokenizer, self.name = model, tokenizer, name
+        self.n_params = non_embedding_params(model)
+        self._kw = _cache_kwarg(model)
+        self._eager = None
+        self.reset()
+
+    def reset(self) -> None:
+        self.tokens, self.passes = 0, 0
+
+    @property
+    def cost(self) -> float:
+        return float(self.tokens) * self.n_params
+
+    def _count(self, n: int) -> None:
+        self.tokens += int(n)
+        self.passes += 1
+
+    @staticmethod
+    def _sum_logprobs(logits: torch.Tensor, ids: list[int], positions: list[int], offset: int = 0) -> float:
+        # logits[j] predicts token offset + j + 1
+        rows = torch.tensor([p - 1 - offset for p in positions])
+        lp = torch.log_softmax(logits[rows].float(), -1)
+        return float(lp[torch.arange(len(positions)), torch.tensor([ids[p] for p in positions])].sum())
+
+    @torch.no_grad()
+    def loglik(self, ids: list[int], positions: list[int]) -> float:
+        r""":math:`\sum_t \log p(r_t\mid\cdot)` over the tokens at ``positions`` of ``ids`` (one full pass)."""
+        self._count(len(ids))
+        logits = self.model(input_ids=torch.tensor([ids])).logits[0]
+        return self._sum_logprobs(logits, ids, positions)
+
+    @torch.no_grad()
+    def cached_pass(self, ids: list[int], positions: list[int]) -> tuple[float, DynamicCache]:
+        """The log-likelihood and the key/value cache of the full sequence (one full pass)."""
+        self._count(len(ids))
+        out = self.model(input_ids=torch.tensor([ids]), use_cache=True)
+        cache = getattr(out, "cache", None) or out.past_key_values
+        return self._sum_logprobs(out.logits[0], ids, positions), cache
+
+    @torch.no_grad()
+    def loglik_after_prefix(self, cache: DynamicCache, prefix_len: int, ids: list[int],
+                            positions: list[int]) -> float:
+        """Log-likelihood of ``ids``, whose first ``prefix_len`` tokens are those cached in ``cache``.
+
+        Only ``ids[prefix_len:]`` is run (positions ``prefix_len, ...``), attending to a cropped copy of the
+        cached keys and values; every response position must lie after ``prefix_len``.
+        """
+        if prefix_len <= 0:
+            return self.loglik(ids, positions)
+        if min(positions) <= prefix_len:
+            raise ValueError("every response position must lie after the cached prefix")
+        prefix = DynamicCache()
+        for layer_idx, layer in enumerate(cache.layers):
+            prefix.update(layer.keys[:, :, :prefix_len], layer.values[:, :, :prefix_len], layer_idx)
+        suffix = ids[prefix_len:]
+        self._count(len(suffix))
+        pos = torch.arange(prefix_len, len(ids))[None]
+        logits = self.model(input_ids=torch.tensor([suffix]), position_ids=pos, **{self._kw: prefix}).logits[0]
+        return self._sum_logprobs(logits, ids, positions, offset=prefix_len)
+
+    @torch.no_grad()
+    def attentions(self, ids: list[int]) -> torch.Tensor:
+        """Attention weights (layers, heads, T, T) of one pass with eager attention (SDPA returns none)."""
+        if self._eager is None:
+            self._eager = copy.deepcopy(self.model)
+            self._eager.set_attn_implementation("eager")
+        self._count(len(ids))
+        out = self._eager(input_ids=torch.tensor([ids]), output_attentions=True)
+        return torch.stack([a[0] for a in out.attentions])
+
+
+@dataclass
+class Attribution:
+    """Scores of one method on one prompt; ``nan`` where the method gave no score (pruned away).
+
+    ``tiebreak`` orders the unscored sources (e.g. by their paragraph's or the proxy's score).
+    """
+
+    scores: np.ndarray
+    tiebreak: np.ndarray = None
+    info: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.scores = np.asarray(self.scores, dtype=float)
+        self.tiebreak = np.zeros_like(self.scores) if self.tiebreak is None else np.asarray(self.tiebreak, float)
+
+    @property
+    def rank_scores(self) -> np.ndarray:
+        """Scores for ranking: unscored sources get ``FLOOR + tiebreak``, below every scored one."""
+        return np.where(np.isnan(self.scores), FLOOR + self.tiebreak, self.scores)
+
+    @property
+    def filled(self) -> np.ndarray:
+        """Scores with the unscored sources set to 0 (no attribution), for correlations."""
+        return np.nan_to_num(self.scores, nan=0.0)
+
+
+def check_same_tokenizer(target: Scorer, proxy: Scorer) -> None:
+    """A proxy must read the target's token ids: same vocabulary, else a ``ValueError`` naming ``proxy``."""
+    if target.tokenizer.get_vocab() != proxy.tokenizer.get_vocab():
+        raise ValueError(f"proxy {proxy.name!r} has a tokenizer different from the target's; "
+                         "re-tokenize the response or use a proxy of the same family")
+
+
+def _check_keep(k: int, n: int, name: str) -> int:
+    check_positive_int(k, name)
+    if k > n:
+        raise ValueError(f"{name} = {k} is larger than the number of units ({n})")
+    return k
+
+
+def loo(scorer: Scorer, prompt: ContextPrompt, kv_cache: bool = False, units: str = "sources") -> Attribution:
+    r"""Exact leave-one-out over ``units`` (``"sources"`` or ``"groups"``): :math:`n+1` passes.
+
+    With ``kv_cache`` the full pass keeps its keys/values and each ablation of :math:`[a_i,b_i)` runs only
+    the tokens from :math:`b_i` on (exact: the first :math:`a_i` tokens and their keys/values are unchanged).
+    """
+    if not isinstance(prompt, ContextPrompt):
+        raise TypeError(f"prompt must be a ContextPrompt, got {type(prompt).__name__}")
+    spans = {"sources": prompt.sources, "groups": prompt.groups}.get(units)
+    if spans is None:
+        raise ValueError(f"units must be 'sources' or 'groups', got {units!r}")
+    if not spans:
+        raise ValueError("the prompt has no groups")
+    ids, pos = list(prompt.ids), list(prompt.response_positions)
+    if kv_cache:
+        full, cache = scorer.cached_pass(ids, pos)
+    else:
+        full = scorer.loglik(ids, pos)
+    scores = []
+    for a, b in spans:
+        ab_ids, ab_pos = prompt.ablate([(a, b)])
+        ablated = (scorer.loglik_after_prefix(cache, a, ab_ids, ab_pos) if kv_cache
+                   else scorer.loglik(ab_ids, ab_pos))
+        scores.append(full - ablated)
+    return Attribution(np.array(scores), info={"loglik": full})
+
+
+def hierarchical_loo(scorer: Scorer, prompt: ContextPrompt, keep_groups: int, kv_cache: bool = False) -> Attribution:
+    """Paragraph LOO, keep the top ``keep_groups`` paragraphs, then sentence LOO in the pruned context.
+
+    Sentences of dropped paragraphs get no score (their tie-break is their paragraph's LOO).
+    """
+    _check_keep(keep_groups, len(prompt.groups), "keep_groups")
+    coarse = loo(scorer, prompt, kv_cache, units="groups").scores
+    top = np.argsort(-coarse, kind="stable")[:keep_groups]
+    members = prompt.group_members()
+    kept = sorted(i for g in top for i in members[g])
+    pruned, index = prompt.restrict(kept)
+    fine = loo(scorer, pruned, kv_cache).scores
+    scores = np.full(prompt.n_sources, np.nan)
+    scores[index] = fine
+    tiebreak = np.empty(prompt.n_sources)
+    for g, m in enumerate(members):
+        tiebreak[m] = coarse[g]
+    return Attribution(scores, tiebreak, info={"group_scores": coarse})
+
+
+def pruned_loo(proxy: Scorer, target: Scorer, prompt: ContextPrompt, keep_sources: int,
+               kv_cache: bool = False) -> Attribution:
+    """Proxy LOO on the full context, keep its top ``keep_sources``, target LOO on the pruned context."""
+    check_same_tokenizer(target, proxy)
+    _check_keep(keep_sources, prompt.n_sources, "keep_sources")
+    rough = loo(proxy, prompt, kv_cache).scores
+    kept = np.sort(np.argsort(-rough, kind="stable")[:keep_sources])
+    pruned, index = prompt.restrict(kept)
+    scores = np.full(prompt.n_sources, np.nan)
+    scores[index] = loo(target, pruned, kv_cache).scores
+    return Attribution(scores, rough, info={"proxy_scores": rough})
+
+
+def lasso_surrogate(masks: np.ndarray, y: np.ndarray, alpha: float = 0.01) -> np.ndarray:
+    r"""ContextCite's surrogate: Lasso of ``y`` on standardized ablation masks, weights rescaled to mask units.
+
+    Minimises :math:`\frac1{2m}\lVert y - b - Z w\rVert^2 + \alpha\lVert w\rVert_1` with
+    :math:`Z_{ij}=(M_{ij}-\bar M_j)/s_j` and returns :math:`w_j/s_j` (0 for a constant column).
+    """
+    masks = np.asarray(masks, dtype=float)
+    y = np.asarray(y, dtype=float)
+    if masks.ndim != 2 or y.shape != (masks.shape[0],):
+        raise ValueError(f"masks must be (m, n) and y (m,), got {masks.shape} and {y.shape}")
+    if not alpha > 0:
+        raise ValueError(f"alpha must be > 0, got {alpha}")
+    mean, std = masks.mean(0), masks.std(0)
+    ok = std > 0
+    w = np.zeros(masks.shape[1])
+    if ok.any():
+        Z = (masks[:, ok] - mean[ok]) / std[ok]
+        w[ok] = Lasso(alpha=alpha, fit_intercept=True).fit(Z, y).coef_ / std[ok]
+    return w
+
+
+def context_cite(scorer: Scorer, prompt: ContextPrompt, n_ablations: int, rng: np.random.Generator,
+                 keep_prob: float = 0.5, alpha: float = 0.01) -> Attribution:
+    """ContextCite: ``n_ablations`` random contexts (each source kept with ``keep_prob``), Lasso surrogate.
+
+    The response log-likelihood is divided by the number of response tokens before the fit and the
+    weights multiplied back, as in the official baseline, so the scores are in nats.
+    """
+    check_positive_int(n_ablations, "n_ablations")
+    check_probability(keep_prob, "keep_prob", include_zero=False, include_one=False)
+    n, T = prompt.n_sources, len(prompt.response_positions)
+    masks = rng.random((n_ablations, n)) < keep_prob
+    y = []
+    for m in masks:
+        ids, pos = prompt.ablate([s for s, k in zip(prompt.sources, m) if not k])
+        y.append(scorer.loglik(ids, pos) / T)
+    return Attribution(lasso_surrogate(masks, np.array(y), alpha) * T)
+
+
+def attention_attribution(scorer: Scorer, prompt: ContextPrompt) -> Attribution:
+    """Mean attention (over layers, heads and the positions that predict response tokens) on each source."""
+    att = scorer.attentions(list(prompt.ids))
+    rows = [p - 1 for p in prompt.response_positions]
+    a = att[:, :, rows, :].mean(dim=(0, 1, 2)).numpy()
+    return Attribution(np.array([a[s:e].sum() for s, e in prompt.sources]))
+
+
+@torch.no_grad()
+def generate_response(scorer: Scorer, prompt: ContextPrompt) -> list[int]:
+    """Greedy decoding with a key/value cache: the prompt once, then one token per step.
+
+    The question tokens between answers are fed as given (teacher forcing); each answer is the argmax.
+    Returns the generated answer ids; the meter counts every token once.
+    """
+    first = prompt.response_positions[0]
+    ids = list(prompt.ids[:first])
+    scorer._count(len(ids))
+    out = scorer.model(input_ids=torch.tensor([ids]), use_cache=True)
+    cache, logits = getattr(out, "cache", None) or out.past_key_values, out.logits[0, -1]
+    answers = []
+    for p in range(first, len(prompt.ids)):
+        tok = int(logits.argmax()) if p in prompt.response_positions else prompt.ids[p]
+        if p in prompt.response_positions:
+            answers.append(tok)
+        if p == len(prompt.ids) - 1:
+            break
+        scorer._count(1)
+        out = scorer.model(input_ids=torch.tensor([[tok]]), position_ids=torch.tensor([[p]]),
+                           **{scorer._kw: cache}, use_cache=True)
+        cache, logits = getattr(out, "cache", None) or out.past_key_values, out.logits[0, -1]
+    return answers
+
+
+def average_precision(scores, relevant) -> float:
+    """Average precision of ranking the ``relevant`` sources (bool array) by ``scores`` (ties: sklearn's rule)."""
+    relevant = np.asarray(relevant, bool)
+    if not relevant.any():
+        raise ValueError("relevant has no positive entry: average precision is undefined")
+    return float(average_precision_score(relevant, np.asarray(scores, float)))
+
+
+def topk_recall(scores, relevant, k: int) -> float:
+    """Share of the ``relevant`` sources among the top ``k`` by ``scores`` (stable order on ties)."""
+    relevant = np.asarray(relevant, bool)
+    _check_keep(k, len(relevant), "k")
+    if not relevant.any():
+        raise ValueError("relevant has no positive entry: recall is undefined")
+    top = np.argsort(-np.asarray(scores, float), kind="stable")[:k]
+    return float(relevant[top].sum() / relevant.sum())
+
+
+def faithfulness(attributions: list[Attribution], truths: list[np.ndarray], threshold: float = 1.0,
+                 k: int = 4) -> dict[str, float]:
+    """Faithfulness to exact target LOO: mAP and recall@k of the sources with LOO > ``threshold`` nats
+    (prompts without one are skipped), Pearson and Spearman correlation over all (prompt, source) pairs."""
+    if len(attributions) != len(truths) or not truths:
+        raise ValueError("attributions and truths must be non-empty lists of the same length")
+    aps, recalls = [], []
+    for att, t in zip(attributions, truths):
+        rel = np.asarray(t) > threshold
+        if rel.any():
+            aps.append(average_precision(att.rank_scores, rel))
+            recalls.append(topk_recall(att.rank_scores, rel, k))
+    x = np.concatenate([a.filled for a in attributions])
+    y = np.concatenate([np.asarray(t, float) for t in truths])
+    return {"mAP": float(np.mean(aps)), f"recall@{k}": float(np.mean(recalls)),
+            "pearson": float(stats.pearsonr(x, y)[0]), "spearman": float(stats.spearmanr(x, y)[0]),
+            "n_prompts": len(aps)}
+
+
+def pareto_front(speedup, quality) -> np.ndarray:
+    """Mask of the points no other point beats in both speed-up and quality (both maximised)."""
+    s, q = np.asarray(speedup, float), np.asarray(quality, float)
+    if s.shape != q.shape or s.ndim != 1:
+        raise ValueError("speedup and quality must be 1-D arrays of the same length")
+    dominated = ((s[None] >= s[:, None]) & (q[None] >= q[:, None]) & ((s[None] > s[:, None]) | (q[None] > q[:, None])))
+    return ~dominated.any(1)
+
+
+def timed(fn: Callable, *args, **kwargs):
+    """``(result, cpu_seconds)`` of one call (process time, which a shared machine inflates less)."""
+    t0 = time.process_time()
+    out = fn(*args, **kwargs)
+    return out, time.process_time() - t0

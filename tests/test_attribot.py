@@ -1,0 +1,163 @@
+"""Unit tests of companion_lib.attribot: prompts and ablations, exact and KV-cached LOO, the tricks, the
+baselines, the metrics and the checks on bad input. All models are tiny and untrained (fast)."""
+
+import numpy as np
+import pytest
+import torch
+
+from companion_lib import attribot as ab
+from companion_lib.tinylm import gpt2_config, tiny_causal_lm, word_tokenizer
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return ab.task_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def scorer(tok):
+    return ab.Scorer(tiny_causal_lm(gpt2_config(len(tok), 96, 32, 2, 2), seed=0), tok, "target")
+
+
+@pytest.fixture(scope="module")
+def proxy(tok):
+    return ab.Scorer(tiny_causal_lm(gpt2_config(len(tok), 96, 16, 1, 2), seed=1), tok, "proxy")
+
+
+@pytest.fixture(scope="module")
+def prompt(tok):
+    return ab.make_example(np.random.default_rng(0), tok)
+
+
+def test_example_layout(prompt, tok):
+    assert prompt.n_sources == 16 and len(prompt.groups) == 4 and len(prompt.ids) == 75
+    assert [len(m) for m in prompt.group_members()] == [4, 4, 4, 4]
+    words = tok.convert_ids_to_tokens(list(prompt.ids))
+    for p in prompt.response_positions:       # the answer word appears in exactly one source
+        assert words[p - 2] == "Q" and sum(words[p] in words[a:b] for a, b in prompt.sources) == 1
+
+
+def test_ablate_and_restrict(prompt):
+    ids, pos = prompt.ablate([prompt.sources[3]])
+    assert len(ids) == len(prompt.ids) - 4
+    assert [ids[p] for p in pos] == [prompt.ids[p] for p in prompt.response_positions]
+    pruned, index = prompt.restrict([0, 5, 6])
+    assert index == [0, 5, 6] and pruned.n_sources == 3 and len(pruned.groups) == 2
+    for (a, b), i in zip(pruned.sources, index):
+        s0, s1 = prompt.sources[i]
+        assert pruned.ids[a:b] == prompt.ids[s0:s1]
+    assert [pruned.ids[p] for p in pruned.response_positions] == [prompt.ids[p] for p in prompt.response_positions]
+
+
+def test_kv_cached_loo_is_exact_and_cheaper(scorer, prompt):
+    scorer.reset()
+    naive = ab.loo(scorer, prompt).scores
+    naive_cost, naive_passes = scorer.tokens, scorer.passes
+    scorer.reset()
+    cached = ab.loo(scorer, prompt, kv_cache=True).scores
+    np.testing.assert_allclose(cached, naive, atol=1e-5)
+    assert scorer.passes == naive_passes == prompt.n_sources + 1
+    # each ablation of [a, b) runs len - b tokens instead of len - (b - a)
+    L = len(prompt.ids)
+    assert scorer.tokens == L + sum(L - b for _, b in prompt.sources)
+    assert naive_cost == L + sum(L - (b - a) for a, b in prompt.sources)
+
+
+def test_cost_counts_non_embedding_parameters(tok):
+    model = tiny_causal_lm(gpt2_config(len(tok), 96, 32, 2, 2), seed=0)
+    total = sum(p.numel() for p in model.parameters())
+    emb = model.transformer.wte.weight.numel() + model.transformer.wpe.weight.numel()
+    assert ab.non_embedding_params(model) == total - emb
+
+
+def test_hierarchical_scores_only_kept_paragraphs(scorer, prompt):
+    att = ab.hierarchical_loo(scorer, prompt, keep_groups=2)
+    scored = ~np.isnan(att.scores)
+    assert scored.sum() == 8
+    coarse = att.info["group_scores"]
+    top = set(np.argsort(-coarse, kind="stable")[:2])
+    members = prompt.group_members()
+    assert set(np.flatnonzero(scored)) == {i for g in top for i in members[g]}
+    assert (att.rank_scores[~scored] < -1e8).all()
+    kv = ab.hierarchical_loo(scorer, prompt, keep_groups=2, kv_cache=True)
+    np.testing.assert_allclose(np.nan_to_num(kv.scores), np.nan_to_num(att.scores), atol=1e-5)
+    full = ab.hierarchical_loo(scorer, prompt, keep_groups=4)    # keeping every paragraph is exact LOO
+    np.testing.assert_allclose(full.scores, ab.loo(scorer, prompt).scores, atol=1e-5)
+
+
+def test_pruned_loo_rescored_by_target(scorer, proxy, prompt):
+    att = ab.pruned_loo(proxy, scorer, prompt, keep_sources=16)
+    np.testing.assert_allclose(att.scores, ab.loo(scorer, prompt).scores, atol=1e-5)
+    att = ab.pruned_loo(proxy, scorer, prompt, keep_sources=3, kv_cache=True)
+    assert (~np.isnan(att.scores)).sum() == 3
+
+
+def test_lasso_surrogate_matches_soft_thresholding():
+    """context-cite is not installed (it pulls spacy/nltk and downloads nltk data at import), so the
+    ContextCite surrogate is checked against a hand-computed Lasso: on a full 2^3 factorial design the
+    standardized columns are orthogonal with unit variance, and the Lasso solution is the
+    soft-thresholded least-squares coefficient, w_j = sign(b_j) max(|b_j| - alpha, 0) / s_j."""
+    masks = np.array([[int(c) for c in f"{i:03b}"] for i in range(8)], float)
+    y = 1.0 + masks @ np.array([2.0, -0.3, 0.05])
+    alpha = 0.1
+    z = (masks - masks.mean(0)) / masks.std(0)
+    b = z.T @ (y - y.mean()) / len(y)
+    expected = np.sign(b) * np.maximum(np.abs(b) - alpha, 0) / masks.std(0)
+    np.testing.assert_allclose(ab.lasso_surrogate(masks, y, alpha), expected, atol=1e-6)
+    assert ab.lasso_surrogate(np.ones((4, 2)), np.arange(4.0), 0.1).tolist() == [0.0, 0.0]
+
+
+def test_context_cite_and_attention(scorer, prompt):
+    scorer.reset()
+    att = ab.context_cite(scorer, prompt, 8, np.random.default_rng(0))
+    assert att.scores.shape == (16,) and scorer.passes == 8
+    a = ab.attention_attribution(scorer, prompt).scores
+    assert a.shape == (16,) and (a >= 0).all() and a.sum() <= 1 + 1e-6
+
+
+def test_generation_counts_each_token_once(scorer, prompt):
+    scorer.reset()
+    answers = ab.generate_response(scorer, prompt)
+    assert len(answers) == 2 and scorer.tokens == len(prompt.ids) - 1
+
+
+def test_metrics():
+    assert ab.average_precision([3, 2, 1, 0], [True, False, True, False]) == pytest.approx((1 + 2 / 3) / 2)
+    assert ab.topk_recall([3, 2, 1, 0], [True, False, True, False], 2) == 0.5
+    truths = [np.array([2.0, 0.1, 0.0]), np.array([0.0, 3.0, 0.2])]
+    f = ab.faithfulness([ab.Attribution(t) for t in truths], truths, k=1)
+    assert f["mAP"] == 1.0 and f["pearson"] == pytest.approx(1.0) and f["recall@1"] == 1.0
+    assert ab.pareto_front([1, 2, 3, 3], [0.9, 0.8, 0.5, 0.4]).tolist() == [True, True, True, False]
+
+
+def test_bad_input(scorer, prompt, tok):
+    ids = prompt.ids
+    with pytest.raises(ValueError, match="outside the context"):
+        ab.ContextPrompt(ids, [(70, 74)], [], prompt.response_positions, prompt.context)
+    with pytest.raises(ValueError, match="overlap"):
+        ab.ContextPrompt(ids, [(1, 5), (3, 8)], [], prompt.response_positions, prompt.context)
+    with pytest.raises(ValueError, match="response_positions is empty"):
+        ab.ContextPrompt(ids, prompt.sources, prompt.groups, [], prompt.context)
+    other = ab.Scorer(tiny_causal_lm(gpt2_config(len(tok) + 1, 96, 16, 1, 2), seed=0),
+                      word_tokenizer(ab.task_vocabulary() + ["extra"]), "other")
+    with pytest.raises(ValueError, match="proxy 'other'"):
+        ab.pruned_loo(other, scorer, prompt, 2)
+    with pytest.raises(ValueError, match="keep_sources"):
+        ab.pruned_loo(scorer, scorer, prompt, 17)
+    with pytest.raises(ValueError, match="keep_groups"):
+        ab.hierarchical_loo(scorer, prompt, 5)
+    with pytest.raises(ValueError, match="k = 5"):
+        ab.topk_recall([1, 2, 3], [True, False, False], 5)
+    with pytest.raises(TypeError, match="prompt"):
+        ab.loo(scorer, "not a prompt")
+
+
+def test_training_batch_masks_everything_but_answers(tok):
+    ids, labels = ab.training_batch(np.random.default_rng(0), tok, 4)
+    assert ids.shape == labels.shape and ((labels != -100).sum(1) == 4).all()
+    q = tok.convert_tokens_to_ids("Q")
+    for row, lab in zip(ids, labels):
+        pos = (lab != -100).nonzero().flatten()
+        assert (row[pos - 2] == q).all()
