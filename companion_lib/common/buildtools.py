@@ -201,11 +201,11 @@ def _is_graded_test(cell) -> bool:
     return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
 
 
-def student_notebook(nb):
+def student_notebook(nb, release: bool = True):
     """The cells of an exercises notebook that a student should see (a copy; ``nb`` is not changed).
 
     * Author check cells (tagged ``remove-cell``) are dropped; they hold the answers. The Colab setup
-      cell stays, without the tag.
+      cell stays (without the tag in a ``release``, so that Jupyter shows it; hidden on the website).
     * The discussion after an autograded test cell (which states the results) is dropped up to the
       next exercise (a heading, a bold "Exercise N" or an ``{exercise}`` box).
     """
@@ -218,9 +218,10 @@ def student_notebook(nb):
         if cell.cell_type == "code" and "remove-cell" in tags:
             if SETUP_MARKER not in cell.source:
                 continue
-            cell.metadata["tags"] = [t for t in tags if t != "remove-cell"]
-            if not cell.metadata["tags"]:
-                del cell.metadata["tags"]
+            if release:
+                cell.metadata["tags"] = [t for t in tags if t != "remove-cell"]
+                if not cell.metadata["tags"]:
+                    del cell.metadata["tags"]
         if cell.cell_type == "markdown" and after_test:
             lines = cell.source.split("\n")
             start = next((i for i, line in enumerate(lines) if _EXERCISE_START.match(line)), None)
@@ -407,7 +408,8 @@ def make_student_source(root: Path, out: Path, cache: Path | None = None) -> Pat
     import jupytext
 
     for md in (out / "chapters").rglob("exercises.md"):
-        nb = student_notebook(jupytext.reads(strip_solutions(md.read_text(encoding="utf-8")), fmt="md:myst"))
+        nb = student_notebook(jupytext.reads(strip_solutions(md.read_text(encoding="utf-8")), fmt="md:myst"),
+                              release=False)
         md.write_text(jupytext.writes(nb, fmt="md:myst"), encoding="utf-8")
     config = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
     config["title"] = f"{config['title']} (student edition)"
