@@ -1,0 +1,146 @@
+r"""The partial information decomposition with the shared-exclusion redundancy $I^{sx}_\cap$.
+
+A joint distribution is an array ``P[s_1, ..., s_n, t]`` (n = 2 or 3 sources, the target last),
+optionally with leading batch dimensions (one distribution per neuron).
+"""
+
+from __future__ import annotations
+
+import itertools
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+SOURCE_NAMES = {2: ("F", "C"), 3: ("F", "C", "L")}
+
+
+def _check_n(n_sources: object) -> int:
+    if isinstance(n_sources, bool) or not isinstance(n_sources, (int, np.integer)) or n_sources not in (2, 3):
+        raise ValueError(f"n_sources must be 2 or 3, got {n_sources!r}")
+    return int(n_sources)
+
+
+def precedes(alpha, beta) -> bool:
+    r"""Williams-Beer order: $\alpha\preceq\beta$ iff every $b\in\beta$ contains some $a\in\alpha$."""
+    return all(any(a <= b for a in alpha) for b in beta)
+
+
+@lru_cache(maxsize=None)
+def antichains(n_sources: int) -> tuple:
+    """The nodes of the redundancy lattice: antichains of non-empty source sets (4 for n=2, 18 for n=3).
+
+    Each antichain is a tuple of frozensets of source indices, sorted bottom-up (by a linear extension
+    of the lattice order), so the first is the all-singletons redundancy and the last the full set.
+    """
+    n = _check_n(n_sources)
+    subsets = [frozenset(c) for k in range(1, n + 1) for c in itertools.combinations(range(n), k)]
+    nodes = []
+    for k in range(1, len(subsets) + 1):
+        for coll in itertools.combinations(subsets, k):
+            if all(not (a < b or b < a) for a, b in itertools.combinations(coll, 2)):
+                nodes.append(tuple(sorted(coll, key=lambda s: (len(s), sorted(s)))))
+    # linear extension: count of nodes below each node
+    below = [sum(precedes(a, b) for a in nodes) for b in nodes]
+    order = sorted(range(len(nodes)), key=lambda i: (below[i], [sorted(s) for s in nodes[i]]))
+    return tuple(nodes[i] for i in order)
+
+
+def _label(node, names) -> str:
+    return "".join("{" + "".join(names[i] for i in sorted(a)) + "}" for a in node)
+
+
+@lru_cache(maxsize=None)
+def atom_labels(n_sources: int) -> tuple:
+    """Names of the atoms, e.g. ``'{F}{C}'`` (redundancy), ``'{F}'`` (unique F), ``'{FC}'`` (synergy)."""
+    n = _check_n(n_sources)
+    return tuple(_label(node, SOURCE_NAMES[n]) for node in antichains(n))
+
+
+@lru_cache(maxsize=None)
+def mobius_matrix(n_sources: int) -> np.ndarray:
+    r"""$Z^{-1}$, the inverse of the zeta matrix $Z_{\beta\alpha}=[\alpha\preceq\beta]$: atoms $=Z^{-1}I_\cap$."""
+    nodes = antichains(n_sources)
+    zeta = np.array([[float(precedes(a, b)) for a in nodes] for b in nodes])
+    return np.rint(np.linalg.inv(zeta))
+
+
+def _validate_joint(P: torch.Tensor, n_sources: int) -> None:
+    if P.ndim < n_sources + 1:
+        raise ValueError(f"P must have at least n_sources + 1 = {n_sources + 1} dimensions, got shape {tuple(P.shape)}")
+    if not torch.isfinite(P).all():
+        raise ValueError("P must be finite")
+    if (P < 0).any():
+        raise ValueError("P must have non-negative entries")
+    sums = P.sum(dim=tuple(range(P.ndim - n_sources - 1, P.ndim)))
+    if not torch.allclose(sums, torch.ones_like(sums), atol=1e-6):
+        raise ValueError(f"P must sum to one over its last {n_sources + 1} axes, got sums {sums.flatten()[:3].tolist()}")
+
+
+def isx_redundancies(P, n_sources: int = 3, validate: bool = True) -> torch.Tensor:
+    r"""$I^{sx}_\cap(T:\alpha)$ for every lattice node $\alpha$ (last axis), in bits.
+
+    Union probabilities come from inclusion-exclusion over marginals; cells with $p(s,t)=0$ contribute 0.
+    """
+    n = _check_n(n_sources)
+    P = torch.as_tensor(P)
+    if not P.is_floating_point():
+        P = P.double()
+    if validate:
+        _validate_joint(P, n)
+    lead = P.ndim - n - 1
+    src_axes = list(range(lead, lead + n))
+    t_axis = P.ndim - 1
+    p_t = P.sum(dim=src_axes, keepdim=True)
+    marg_st, marg_s = {}, {}
+    for k in range(1, n + 1):
+        for A in itertools.combinations(range(n), k):
+            drop = [lead + i for i in range(n) if i not in A]
+            m = P.sum(dim=drop, keepdim=True) if drop else P
+            marg_st[frozenset(A)] = m
+            marg_s[frozenset(A)] = m.sum(dim=t_axis, keepdim=True)
+    positive = P > 0
+    out = []
+    for node in antichains(n):
+        pu_t = torch.zeros_like(P)
+        pu = torch.zeros_like(p_t.expand_as(P))
+        for k in range(1, len(node) + 1):
+            for sub in itertools.combinations(node, k):
+                A = frozenset().union(*sub)
+                sign = (-1.0) ** (k - 1)
+                pu_t = pu_t + sign * marg_st[A]
+                pu = pu + sign * marg_s[A]
+        ratio = torch.where(positive, pu_t / torch.where(positive, pu * p_t, torch.ones_like(P)),
+                            torch.ones_like(P))
+        ratio = torch.where(ratio > 1e-12, ratio, torch.ones_like(ratio))
+        out.append((P * torch.log2(ratio)).sum(dim=src_axes + [t_axis]))
+    return torch.stack(out, dim=-1)
+
+
+def pid_from_joint(P, n_sources: int | None = None, validate: bool = True) -> dict | torch.Tensor:
+    r"""The $I^{sx}$ PID atoms of the target (last axis) with respect to 2 or 3 sources.
+
+    For a single distribution (numpy array or tensor with exactly ``n_sources + 1`` axes) returns a
+    dict ``{label: bits}`` including ``'H_res'`` $=H(T)-I(T;S)$. With leading batch axes, returns a
+    tensor ``[..., n_atoms + 1]`` (atoms in :func:`atom_labels` order, then H_res), differentiable.
+    """
+    as_dict = n_sources is None
+    P_t = torch.as_tensor(np.asarray(P, dtype=float) if not isinstance(P, torch.Tensor) else P)
+    if not P_t.is_floating_point():
+        P_t = P_t.double()
+    if n_sources is None:
+        n_sources = P_t.ndim - 1
+    n = _check_n(n_sources)
+    red = isx_redundancies(P_t, n, validate=validate)
+    M = torch.as_tensor(mobius_matrix(n), dtype=red.dtype)
+    atoms = red @ M.T
+    lead = P_t.ndim - n - 1
+    p_t = P_t.sum(dim=tuple(range(lead, lead + n)))
+    h_t = -(torch.where(p_t > 0, p_t * torch.log2(torch.where(p_t > 0, p_t, torch.ones_like(p_t))),
+                        torch.zeros_like(p_t))).sum(-1)
+    h_res = h_t - red[..., -1]
+    result = torch.cat([atoms, h_res.unsqueeze(-1)], dim=-1)
+    if as_dict and lead == 0:
+        labels = atom_labels(n) + ("H_res",)
+        return {k: float(v) for k, v in zip(labels, result.tolist())}
+    return result
