@@ -156,7 +156,7 @@ class FamilyMember:
 
 
 #: The target and its two proxies (the research note's family; the small proxy is under-trained on purpose).
-FAMILY = (FamilyMember("target", 96, 3, 4, 150), FamilyMember("proxy-mid", 48, 2, 4, 200),
+FAMILY = (FamilyMember("target", 96, 3, 4, 150), FamilyMember("proxy-mid", 48, 2, 4, 400),
           FamilyMember("proxy-small", 32, 2, 2, 180))
 
 
