@@ -38,7 +38,7 @@ __all__ = [
     "SyntheticWorld", "make_world", "sample_activations", "SparseAutoencoder", "JumpReLUDictionary",
     "batch_topk", "topk_per_sample", "train_sae", "train_meta_sae", "nmse", "mean_l0", "alive_latents",
     "max_cosine", "recovered_fraction", "classify_latents", "insertion_deltas", "stitching_path",
-    "swap_groups", "meta_decomposition", "atom_hit_fraction", "run_experiment",
+    "swap_groups", "meta_decomposition", "atom_hit_fraction", "run_experiment", "summarize",
 ]
 
 
@@ -570,3 +570,32 @@ def run_experiment(seed: int, widths=(16, 32, 64, 128), k: int = 2, steps: int =
         m, _ = train_meta_sae(gt_world.entities, meta_width, meta_k, steps=meta_steps, seed=seed, fix_b_dec_zero=fixed)
         out["meta"]["gt_atoms_zero" if fixed else "gt_atoms_mean"] = recovered_fraction(gt_world.atoms, m, 0.8)
     return out
+
+
+def summarize(results: list[dict]) -> "pandas.DataFrame":
+    """One row per seed of :func:`run_experiment` results: the numbers the chapter's claims read."""
+    import pandas as pd
+
+    rows = []
+    for r in results:
+        sw = {(s["width"], s["kind"]): s for s in r["sweep"]}
+        bt, tk = sw[(64, "batchtopk")], sw[(64, "topk")]
+        st, me = r["stitch"], r["meta"]
+        frac = lambda c: float((st["delta"][st["label"] == c] < 0).mean()) if (st["label"] == c).any() else float("nan")
+        steps = np.diff(st["path_greedy"])
+        rows.append(dict(
+            seed=r["seed"], nmse_batchtopk=bt["nmse"], nmse_topk=tk["nmse"], l0_batchtopk=bt["l0"], l0_topk=tk["l0"],
+            atoms_small=sw[(16, "batchtopk")]["atoms"], atoms_64=bt["atoms"], entities_small=sw[(16, "batchtopk")]["entities"],
+            entities_64=bt["entities"], rare_64=bt["rare"],
+            both_max=max(min(s["atoms"], s["entities"]) for s in r["sweep"] if s["kind"] == "batchtopk"),
+            improve_rare=frac("rare"), improve_entity=frac("entity"), improve_other=frac("other"),
+            n_rare=int((st["label"] == "rare").sum()), n_entity=int((st["label"] == "entity").sum()),
+            n_other=int((st["label"] == "other").sum()), n_atom=int((st["label"] == "atom").sum()),
+            spearman=st["spearman"], monotone_greedy=float(np.mean(steps <= 1e-4)),
+            monotone_naive=float(np.mean(np.diff(st["path_naive"]) <= 1e-4)),
+            path_start=float(st["path_greedy"][0]), path_end=float(st["path_greedy"][-1]), mse_B=st["mse_B"],
+            largest_group=max(st["swap_sizes"]) if st["swap_sizes"] else 0, n_moves=len(steps),
+            meta_fve=me["fve"], meta_atoms=me["atoms"], meta_hit=me["hit"], meta_maxcos_small=me["maxcos_small"],
+            meta_rows=me["n_rows"], meta_entity_rows=me["n_entity_rows"],
+            gt_atoms_zero=me["gt_atoms_zero"], gt_atoms_mean=me["gt_atoms_mean"]))
+    return pd.DataFrame(rows).set_index("seed")
