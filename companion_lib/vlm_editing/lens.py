@@ -1,0 +1,193 @@
+r"""The logit lens on image tokens: per-layer, per-patch word probabilities, an object's internal
+confidence, hallucination detection with a calibrated threshold, and localisation maps.
+
+Layer index ``l`` of a lens tensor means the residual stream at the *input* of block ``l`` for ``l < L``
+and the output of the last block for ``l = L``; so ``l = 0`` is the projector's output (the image tokens
+as they enter the language model) and there are ``L + 1`` lens layers. The lens is
+
+.. math::
+
+    P_l(\cdot\mid t_m)=\operatorname{softmax}\big(W_U\,\mathrm{RMSNorm}(h_l(t_m))\big),
+
+with the model's final norm (``use_final_norm=False`` drops it, as the paper's code does for LLaVA).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+
+from ..common.validation import check_int
+from ..tinyvlm import IMAGE_SLICE, OBJECTS, TOKEN_ID, N_PATCHES, as_patches
+
+__all__ = [
+    "object_token", "record_residual", "image_hidden_states", "lens_probs", "lens_confidence",
+    "internal_confidence", "object_scores", "auroc", "calibrate_threshold", "detection_rates",
+    "localisation_maps", "localisation_accuracy",
+]
+
+OBJECT_IDS = torch.tensor([TOKEN_ID[w] for w in OBJECTS])
+
+
+def object_token(word: str) -> int:
+    """The token id of an object word; ``ValueError`` naming ``word`` if it is not an object of the world."""
+    if word not in OBJECTS:
+        raise ValueError(f"word {word!r} is not an object in the vocabulary; the objects are {', '.join(OBJECTS)}")
+    return TOKEN_ID[word]
+
+
+def _layers(model):
+    return model.lm.model.layers
+
+
+@contextmanager
+def record_residual(model):
+    """Record the residual stream: yields a list that receives the input of block 0 and the output of
+    every block (``L + 1`` tensors ``(batch, seq, d)`` per forward pass)."""
+    store: list = []
+    layers = _layers(model)
+
+    def pre(module, args, kwargs):
+        h = args[0] if args else kwargs["hidden_states"]
+        store.append(h.detach())
+
+    def post(module, args, output):
+        store.append((output[0] if isinstance(output, tuple) else output).detach())
+
+    handles = [layers[0].register_forward_pre_hook(pre, with_kwargs=True)]
+    handles += [layer.register_forward_hook(post) for layer in layers]
+    try:
+        yield store
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@torch.no_grad()
+def image_hidden_states(model, images) -> torch.Tensor:
+    """Hidden states of the 16 image positions at every lens layer: ``(L + 1, n, 16, d)``.
+
+    Image positions come before any caption word, so (causal attention) they do not depend on the
+    caption: one forward pass with the prompt ``describe`` suffices.
+    """
+    patches = as_patches(images)
+    ids = torch.full((patches.shape[0], 1), TOKEN_ID["describe"], dtype=torch.long)
+    with record_residual(model) as rec:
+        model(ids, patches=patches)
+    return torch.stack([h[:, IMAGE_SLICE] for h in rec])
+
+
+@torch.no_grad()
+def lens_probs(model, hidden: torch.Tensor, use_final_norm: bool = True) -> torch.Tensor:
+    """The logit lens: softmax over the vocabulary of ``W_U norm(h)`` for hidden states ``(..., d)``."""
+    if use_final_norm:
+        hidden = model.lm.model.norm(hidden)
+    return torch.softmax(model.lm.lm_head(hidden), dim=-1)
+
+
+@torch.no_grad()
+def lens_confidence(model, images, use_final_norm: bool = True) -> np.ndarray:
+    r"""Lens probabilities of the ten object words at every layer and image patch:
+    ``(n, L + 1, 16, 10)``, entry ``[i, l, m, k]`` = :math:`P_l(\text{OBJECTS}[k]\mid t_m)` for image ``i``."""
+    H = image_hidden_states(model, images)
+    P = lens_probs(model, H, use_final_norm)[..., OBJECT_IDS]
+    return P.permute(1, 0, 2, 3).numpy()
+
+
+def _check_conf(conf) -> np.ndarray:
+    conf = np.asarray(conf)
+    if conf.ndim != 4 or conf.shape[2] != N_PATCHES or conf.shape[3] != len(OBJECTS):
+        raise ValueError(f"conf must have shape (n, layers, {N_PATCHES}, {len(OBJECTS)}), got {conf.shape}")
+    return conf
+
+
+def _layer_sel(conf: np.ndarray, layers) -> np.ndarray:
+    n_lens = conf.shape[1]
+    if layers is None:
+        return conf
+    layers = [check_int(l, "layers") for l in np.atleast_1d(layers)]
+    for l in layers:
+        if not 0 <= l < n_lens:
+            raise ValueError(f"layers entry {l} out of range [0, {n_lens})")
+    return conf[:, layers]
+
+
+def internal_confidence(conf, layers=None) -> np.ndarray:
+    r"""An object's internal confidence :math:`c_o=\max_l\max_m P_l(o\mid t_m)`: ``(n, 10)``.
+
+    ``layers`` restricts the max to some lens layers (``None``: all, the paper's definition)."""
+    return _layer_sel(_check_conf(conf), layers).max(axis=(1, 2))
+
+
+def object_scores(conf_max: np.ndarray, captions, truths) -> tuple[np.ndarray, np.ndarray]:
+    """The internal confidence of every generated object, split into (real, hallucinated) arrays.
+
+    ``conf_max`` is :func:`internal_confidence` ``(n, 10)``; ``captions`` lists of object words;
+    ``truths`` the ground-truth object sets."""
+    conf_max = np.asarray(conf_max)
+    if len(captions) != conf_max.shape[0] or len(truths) != conf_max.shape[0]:
+        raise ValueError("conf_max, captions and truths must describe the same images")
+    real, hal = [], []
+    for i, (cap, truth) in enumerate(zip(captions, truths)):
+        for w in set(cap):
+            (real if w in truth else hal).append(conf_max[i, OBJECTS.index(w)])
+    return np.asarray(real, dtype=float), np.asarray(hal, dtype=float)
+
+
+def auroc(pos, neg) -> float:
+    """Area under the ROC curve of scores ``pos`` (positives) against ``neg``: the probability that a
+    random positive outranks a random negative, ties counting one half (Mann-Whitney)."""
+    pos, neg = np.asarray(pos, dtype=float).ravel(), np.asarray(neg, dtype=float).ravel()
+    if pos.size == 0 or neg.size == 0:
+        raise ValueError(f"auroc needs positives and negatives, got {pos.size} and {neg.size}")
+    greater = (pos[:, None] > neg[None, :]).sum()
+    ties = (pos[:, None] == neg[None, :]).sum()
+    return float((greater + 0.5 * ties) / (pos.size * neg.size))
+
+
+def calibrate_threshold(real_scores, q: float = 0.02) -> float:
+    r"""The threshold :math:`\theta` below which a generated object is flagged as hallucinated: the
+    ``q``-quantile of the confidences of *real* generated objects on a held-out calibration split, so that
+    about a share ``q`` of real objects is flagged."""
+    real_scores = np.asarray(real_scores, dtype=float).ravel()
+    if real_scores.size == 0:
+        raise ValueError("real_scores is empty: the calibration split has no real generated objects")
+    q = float(q)
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"q must lie in [0, 1], got {q}")
+    return float(np.quantile(real_scores, q))
+
+
+def detection_rates(real, hal, theta: float) -> dict:
+    """Share of hallucinated objects flagged (``c < theta``) and share of real objects falsely flagged."""
+    real, hal = np.asarray(real, dtype=float), np.asarray(hal, dtype=float)
+    return {"hal_flagged": float((hal < theta).mean()) if hal.size else float("nan"),
+            "real_flagged": float((real < theta).mean()) if real.size else float("nan")}
+
+
+def localisation_maps(conf, word: str, layers=None) -> np.ndarray:
+    r"""Per-patch confidence :math:`M_o[m]=\max_l P_l(o\mid t_m)` of one object, as ``(n, 4, 4)`` grids."""
+    object_token(word)
+    k = OBJECTS.index(word)
+    sel = _layer_sel(_check_conf(conf), layers)
+    side = int(round(np.sqrt(N_PATCHES)))
+    return sel[..., k].max(axis=1).reshape(-1, side, side)
+
+
+def localisation_accuracy(conf, scenes, layers=None) -> float:
+    """Share of (image, drawn object) pairs whose arg-max patch of :func:`localisation_maps` is the
+    object's cell (chance: 1/16)."""
+    conf = _check_conf(conf)
+    if len(scenes) != conf.shape[0]:
+        raise ValueError(f"scenes ({len(scenes)}) and conf ({conf.shape[0]}) must describe the same images")
+    sel = _layer_sel(conf, layers).max(axis=1)  # (n, 16, 10)
+    hits = total = 0
+    for i, s in enumerate(scenes):
+        for cell, w in s.drawn.items():
+            total += 1
+            hits += int(np.argmax(sel[i, :, OBJECTS.index(w)]) == int(cell))
+    if total == 0:
+        raise ValueError("scenes contain no drawn objects")
+    return hits / total

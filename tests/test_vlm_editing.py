@@ -1,0 +1,181 @@
+"""Unit tests for companion_lib.vlm_editing (logit lens of image tokens and ProjectAway)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import roc_auc_score
+
+from companion_lib import tinyvlm as tv
+from companion_lib import vlm_editing as ve
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    m = tv.TinyVLM(tv.tiny_llama_config())
+    m.eval()
+    m.requires_grad_(False)
+    return m
+
+
+@pytest.fixture(scope="module")
+def split():
+    return tv.make_split(5, np.random.default_rng(0), "natural", occlusion=False)
+
+
+def test_object_token_and_bad_word():
+    assert ve.object_token("fork") == tv.TOKEN_ID["fork"]
+    with pytest.raises(ValueError, match="word 'cat'"):
+        ve.object_token("cat")
+
+
+def test_record_residual_matches_hidden_states(model, split):
+    patches = tv.as_patches(split.images)
+    ids = torch.full((5, 1), tv.TOKEN_ID["describe"])
+    with ve.record_residual(model) as rec:
+        out = model(ids, patches=patches, output_hidden_states=True)
+    assert len(rec) == model.n_layers + 1
+    # the input of every block equals Hugging Face's hidden_states[l] for l < L
+    for l in range(model.n_layers):
+        torch.testing.assert_close(rec[l], out.hidden_states[l])
+    # the input of block 0 at the image positions is the projector's output
+    torch.testing.assert_close(rec[0][:, tv.IMAGE_SLICE], model.image_tokens(patches))
+
+
+def test_lens_confidence_shape_and_final_layer(model, split):
+    conf = ve.lens_confidence(model, split.images)
+    assert conf.shape == (5, model.n_layers + 1, 16, 10)
+    assert np.all(conf >= 0) and np.all(conf <= 1)
+    # at the last lens layer the lens is the model's own next-token distribution at the image positions
+    patches = tv.as_patches(split.images)
+    ids = torch.full((5, 1), tv.TOKEN_ID["describe"])
+    probs = torch.softmax(model(ids, patches=patches).logits[:, tv.IMAGE_SLICE], -1)[..., ve.lens.OBJECT_IDS]
+    np.testing.assert_allclose(conf[:, -1], probs.numpy(), atol=1e-5)
+    cmax = ve.internal_confidence(conf)
+    np.testing.assert_allclose(cmax, conf.max(axis=(1, 2)))
+    np.testing.assert_allclose(ve.internal_confidence(conf, 0), conf[:, 0].max(axis=1))
+    with pytest.raises(ValueError, match="layers entry 9"):
+        ve.internal_confidence(conf, 9)
+    with pytest.raises(ValueError, match="conf must have shape"):
+        ve.internal_confidence(conf[0])
+
+
+def test_auroc_matches_sklearn():
+    rng = np.random.default_rng(1)
+    pos, neg = rng.normal(1, 1, 40), rng.normal(0, 1, 30)
+    pos[:3] = neg[:3]  # ties
+    y = np.r_[np.ones(40), np.zeros(30)]
+    assert ve.auroc(pos, neg) == pytest.approx(roc_auc_score(y, np.r_[pos, neg]))
+    with pytest.raises(ValueError, match="positives and negatives"):
+        ve.auroc([], [1.0])
+
+
+def test_threshold_and_detection():
+    real = np.linspace(0, 1, 101)
+    assert ve.calibrate_threshold(real, 0.1) == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="no real generated objects"):
+        ve.calibrate_threshold([], 0.02)
+    with pytest.raises(ValueError, match="q must lie"):
+        ve.calibrate_threshold(real, 1.5)
+    r = ve.detection_rates(real, np.array([0.05, 0.5]), 0.1)
+    assert r["hal_flagged"] == 0.5 and r["real_flagged"] == pytest.approx(10 / 101)
+
+
+def test_object_scores_split():
+    cm = np.zeros((2, 10)); cm[0, tv.OBJECTS.index("fork")] = 0.9; cm[0, tv.OBJECTS.index("knife")] = 0.2
+    real, hal = ve.object_scores(cm, [["fork", "knife"], []], [{"fork"}, {"cup"}])
+    assert real.tolist() == [0.9] and hal.tolist() == [0.2]
+
+
+def test_localisation_on_a_planted_map():
+    scenes = [tv.Scene(drawn={3: "fork", 12: "cup"}, mentioned=frozenset({"fork", "cup"}))]
+    conf = np.zeros((1, 5, 16, 10))
+    conf[0, 2, 3, tv.OBJECTS.index("fork")] = 0.8
+    conf[0, 0, 5, tv.OBJECTS.index("cup")] = 0.3
+    M = ve.localisation_maps(conf, "fork")
+    assert M.shape == (1, 4, 4) and M[0, 0, 3] == 0.8
+    assert ve.localisation_accuracy(conf, scenes) == 0.5
+    with pytest.raises(ValueError, match="word 'cat'"):
+        ve.localisation_maps(conf, "cat")
+
+
+def test_project_away_removes_the_component():
+    torch.manual_seed(2)
+    t = torch.randn(8)
+    h = torch.randn(20, 8)
+    out = ve.project_away(h, t, 1.0)
+    p = h @ t
+    # alpha = 1: positive projections become exactly zero, negative ones are untouched
+    torch.testing.assert_close((out @ t)[p > 0], torch.zeros(int((p > 0).sum())), atol=1e-5, rtol=0)
+    torch.testing.assert_close(out[p <= 0], h[p <= 0])
+    # alpha = 2 reflects the positive projections
+    torch.testing.assert_close((ve.project_away(h, t, 2.0) @ t)[p > 0], -p[p > 0], atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="alpha must"):
+        ve.project_away(h, t, -0.5)
+
+
+def test_text_embedding(model):
+    e0 = ve.text_embedding(model, "cup", 0)
+    torch.testing.assert_close(e0, model.lm.get_input_embeddings().weight[tv.TOKEN_ID["cup"]])
+    e1 = ve.text_embedding(model, "cup", 1)
+    assert e1.shape == e0.shape and not torch.allclose(e0, e1)
+    with pytest.raises(ValueError, match="text_layer 9"):
+        ve.text_embedding(model, "cup", 9)
+
+
+def test_edit_hook_edits_only_image_positions(model, split):
+    patches = tv.as_patches(split.images)
+    ids = torch.full((5, 2), tv.TOKEN_ID["describe"])
+    objs = [["fork"], [], ["cup", "dog"], ["car"], ["clock"]]
+    with ve.record_residual(model) as clean:
+        model(ids, patches=patches)
+    with ve.project_away_edit(model, objs, image_layer=-1, alpha=1.0):
+        with ve.record_residual(model) as edited:  # registered after the edit, so it sees the edited input
+            model(ids, patches=patches)
+    h, e = clean[0], edited[0]
+    torch.testing.assert_close(e[:, 0], h[:, 0])                        # <bos> untouched
+    torch.testing.assert_close(e[:, tv.TEXT_START:], h[:, tv.TEXT_START:])  # text untouched
+    torch.testing.assert_close(e[1], h[1])                              # nothing removed from image 1
+    assert not torch.allclose(e[0, tv.IMAGE_SLICE], h[0, tv.IMAGE_SLICE])
+    # alpha = 1: no positive component along the removed word is left (single object)
+    t = ve.text_embedding(model, "fork")
+    assert float((e[0, tv.IMAGE_SLICE] @ t).max()) < 1e-4
+    # sequential removal of two objects: the last one removed has no positive component left
+    assert float((e[2, tv.IMAGE_SLICE] @ ve.text_embedding(model, "dog")).max()) < 1e-4
+    with pytest.raises(ValueError, match="image_layer 7"):
+        with ve.project_away_edit(model, objs, image_layer=7):
+            pass
+    with pytest.raises(ValueError, match="alpha must"):
+        with ve.project_away_edit(model, objs, alpha=-1):
+            pass
+    with pytest.raises(ValueError, match="word 'cat'"):
+        with ve.project_away_edit(model, [["cat"]] * 5):
+            pass
+
+
+def test_edit_at_a_later_layer_changes_only_later_states(model, split):
+    patches = tv.as_patches(split.images)
+    ids = torch.full((5, 1), tv.TOKEN_ID["describe"])
+    with ve.record_residual(model) as clean:
+        model(ids, patches=patches)
+    with ve.record_residual(model) as edited:
+        with ve.project_away_edit(model, [["fork"]] * 5, image_layer=1, alpha=1.0):
+            model(ids, patches=patches)
+    for l in range(2):  # inputs of blocks 0 and 1 are unchanged
+        torch.testing.assert_close(edited[l], clean[l])
+    assert not torch.allclose(edited[3], clean[3])
+
+
+def test_selection_and_reduction(model, split):
+    caps = tv.greedy_captions(model, split.images)
+    truths = split.truth
+    oracle = ve.select_oracle([["fork", "knife"]], [{"fork"}])
+    assert oracle == [["knife"]]
+    cm = np.full((1, 10), 0.5); cm[0, tv.OBJECTS.index("knife")] = 0.01
+    assert ve.select_low_confidence(cm, [["fork", "knife"]], 0.1) == [["knife"]]
+    out = ve.reduction_run(model, split.images, caps, truths, [[] for _ in caps])
+    assert out["after"] == out["before"] and out["n_erased"] == 0
+    with pytest.raises(ValueError, match="must match"):
+        ve.remove_objects(model, split.images, [[]])
