@@ -1,0 +1,228 @@
+r"""Data sets, rasterised inputs, and the three task models (path and goal U-Nets, trajectory MLP)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from .floorplan import ROOM_M, downsample, make_floorplan, to_cell, to_metres
+from .sim import Episode, simulate_episode
+from skimage.graph import route_through_array
+
+__all__ = ["generate_dataset", "make_samples", "rasterise", "TinyUNet", "train_unet", "predict_maps",
+           "extract_path", "astar_baseline", "goal_from_map", "random_goal_baseline",
+           "trajectory_features", "TrajectoryMLP", "train_trajectory", "predict_trajectory",
+           "constant_velocity"]
+
+OBS, FUT = 15, 30      # 1 s observed, 2 s predicted, at 15 Hz
+
+
+def generate_dataset(n_layouts: int, n_episodes: int, seed: int, size: int = 64,
+                     v0_range: tuple[float, float] = (1.0, 1.4)) -> list[Episode]:
+    """``n_episodes`` successful two-person episodes spread evenly over ``n_layouts`` random homes."""
+    if n_layouts < 1 or n_episodes < 1:
+        raise ValueError(f"n_layouts and n_episodes must be >= 1, got {n_layouts}, {n_episodes}")
+    rng = np.random.default_rng(seed)
+    occs = [make_floorplan(rng, size) for _ in range(n_layouts)]
+    out, k = [], 0
+    while len(out) < n_episodes:
+        ep = simulate_episode(occs[k % n_layouts], rng, v0_range=v0_range, layout=k % n_layouts)
+        if ep.reached and len(ep.p1) > OBS + FUT:
+            out.append(ep)
+            k += 1
+    return out
+
+
+def make_samples(episodes: list[Episode], per_episode: int = 2, seed: int = 0) -> dict:
+    """Cut each episode at ``per_episode`` random times t0: 1 s of past, 2 s of future, the rest of the path."""
+    rng = np.random.default_rng(seed)
+    keys = ("past1", "past2", "fut1", "goal", "path", "occ")
+    s = {k: [] for k in keys}
+    for ep in episodes:
+        for t0 in rng.integers(OBS - 1, len(ep.p1) - FUT - 1, size=per_episode):
+            s["past1"].append(ep.p1[t0 - OBS + 1:t0 + 1])
+            s["past2"].append(ep.p2[t0 - OBS + 1:t0 + 1])
+            s["fut1"].append(ep.p1[t0 + 1:t0 + 1 + FUT])
+            s["goal"].append(ep.goal1)
+            s["path"].append(ep.p1[t0:])
+            s["occ"].append(ep.occ)
+    return {k: (v if k in ("path", "occ") else np.array(v)) for k, v in s.items()}
+
+
+def _blobs(points: np.ndarray, res: int, sigma: float = 1.0) -> np.ndarray:
+    cell = ROOM_M / res
+    g = (np.arange(res) + 0.5) * cell
+    X, Y = np.meshgrid(g, g)
+    out = np.zeros((res, res))
+    for p in np.atleast_2d(points):
+        out = np.maximum(out, np.exp(-((X - p[0]) ** 2 + (Y - p[1]) ** 2) / (2 * (sigma * cell) ** 2)))
+    return out
+
+
+def rasterise(samples: dict, res: int = 32, with_goal: bool = True, with_p2: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Input channels [map, p1 past, (p2 past), (goal)] and the path mask target, both (n, ., res, res)."""
+    X, Y = [], []
+    for i in range(len(samples["goal"])):
+        occ = downsample(samples["occ"][i], samples["occ"][i].shape[0] // res)
+        ch = [occ.astype(float), _blobs(samples["past1"][i][::3], res)]
+        if with_p2:
+            ch.append(_blobs(samples["past2"][i][::3], res))
+        if with_goal:
+            ch.append(_blobs(samples["goal"][i], res))
+        X.append(ch)
+        m = np.zeros((res, res))
+        for p in samples["path"][i]:
+            m[to_cell(p, res)] = 1
+        Y.append(m[None])
+    return np.array(X, dtype=np.float32), np.array(Y, dtype=np.float32)
+
+
+class TinyUNet(nn.Module):
+    """A three-level U-Net (the paper's PRED_GM in miniature: conv blocks, max-pool, bilinear up, skips)."""
+
+    def __init__(self, in_ch: int, width: int = 16):
+        super().__init__()
+        def block(a, b):
+            return nn.Sequential(nn.Conv2d(a, b, 3, padding=1), nn.ReLU(), nn.Conv2d(b, b, 3, padding=1), nn.ReLU())
+        w = width
+        self.e1, self.e2, self.e3 = block(in_ch, w), block(w, 2 * w), block(2 * w, 4 * w)
+        self.d2, self.d1 = block(6 * w, 2 * w), block(3 * w, w)
+        self.head = nn.Conv2d(w, 1, 1)
+        self.pool = nn.MaxPool2d(2)
+        self.up = nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)
+
+    def forward(self, x):
+        a = self.e1(x)
+        b = self.e2(self.pool(a))
+        c = self.e3(self.pool(b))
+        b = self.d2(torch.cat([self.up(c), b], 1))
+        return self.head(self.d1(torch.cat([self.up(b), a], 1)))
+
+
+def train_unet(X: np.ndarray, Y: np.ndarray, loss: str = "bce", steps: int = 300, batch: int = 32,
+               lr: float = 2e-3, width: int = 16, seed: int = 0, pos_weight: float = 4.0) -> TinyUNet:
+    """Adam on per-pixel BCE (path maps, ``loss="bce"``) or a softmax over pixels (goal maps, ``"ce"``)."""
+    if loss not in ("bce", "ce"):
+        raise ValueError(f"loss must be 'bce' or 'ce', got {loss!r}")
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    net = TinyUNet(X.shape[1], width)
+    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    Xt, Yt = torch.from_numpy(X), torch.from_numpy(Y)
+    bce = nn.BCEWithLogitsLoss(pos_weight=torch.tensor(pos_weight))
+    for _ in range(steps):
+        idx = torch.from_numpy(rng.integers(0, len(X), size=min(batch, len(X))))
+        out = net(Xt[idx])
+        if loss == "bce":
+            l = bce(out, Yt[idx])
+        else:
+            logits = out.flatten(1).masked_fill(Xt[idx, 0].flatten(1) > 0.5, -1e4)
+            l = nn.functional.cross_entropy(logits, Yt[idx].flatten(1).argmax(1))
+        opt.zero_grad()
+        l.backward()
+        opt.step()
+    return net
+
+
+@torch.no_grad()
+def predict_maps(net: TinyUNet, X: np.ndarray) -> np.ndarray:
+    """Sigmoid maps (n, res, res)."""
+    return torch.sigmoid(net(torch.from_numpy(X))[:, 0]).numpy()
+
+
+def extract_path(prob: np.ndarray, occ: np.ndarray, start: np.ndarray, goal: np.ndarray) -> np.ndarray:
+    r"""A* from ``start`` to ``goal`` on the cost $1+20(1-\hat p)$ of a predicted path map (metres)."""
+    res = prob.shape[0]
+    occ = downsample(occ, occ.shape[0] // res)
+    cost = 1 + 20 * (1 - prob)
+    s, g = to_cell(start, res), to_cell(goal, res)
+    occ = occ.copy()
+    occ[s] = occ[g] = False
+    cost[occ] = np.inf
+    path, _ = route_through_array(cost, s, g, fully_connected=True, geometric=True)
+    return to_metres(np.array(path), res)
+
+
+def astar_baseline(occ: np.ndarray, start: np.ndarray, goal: np.ndarray, res: int = 32) -> np.ndarray:
+    """The paper's baseline: the shortest 8-connected path on the same coarse map."""
+    return extract_path(np.ones((res, res)), occ, start, goal)
+
+
+def goal_from_map(logits_or_prob: np.ndarray, occ_coarse: np.ndarray) -> np.ndarray:
+    """Arg-max free cell of a goal map, in metres."""
+    m = np.where(occ_coarse, -np.inf, logits_or_prob)
+    return to_metres(np.array(np.unravel_index(np.argmax(m), m.shape)), m.shape[0])[0]
+
+
+def random_goal_baseline(occ_coarse: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A uniformly random free cell (the paper's random baseline)."""
+    free = np.argwhere(~occ_coarse)
+    return to_metres(free[rng.integers(len(free))], occ_coarse.shape[0])[0]
+
+
+def _frame(past1: np.ndarray) -> np.ndarray:
+    """Rotation matrices (n, 2, 2) taking each person's last heading to +x."""
+    h = past1[:, -1] - past1[:, -5]
+    a = np.arctan2(h[:, 1], h[:, 0])
+    c, s = np.cos(a), np.sin(a)
+    return np.stack([np.stack([c, s], -1), np.stack([-s, c], -1)], 1)
+
+
+def trajectory_features(samples: dict, use_p2: bool = True) -> np.ndarray:
+    """Heading-frame features: p1's past relative to now (30), the goal offset (2), and, compactly,
+    p2's relative position and velocity (4)."""
+    p1, p2, g = samples["past1"], samples["past2"], samples["goal"]
+    R = _frame(p1)
+    now = p1[:, -1:]
+    rot = lambda v: np.einsum("nij,ntj->nti", R, v)
+    f = [rot(p1 - now).reshape(len(p1), -1), rot((g[:, None] - now)).reshape(len(p1), -1) / 5]
+    if use_p2:
+        f += [rot(p2[:, -1:] - now).reshape(len(p1), -1) / 3,
+              rot(p2[:, -1:] - p2[:, -4:-3]).reshape(len(p1), -1) * 5]
+    return np.hstack(f).astype(np.float32)
+
+
+class TrajectoryMLP(nn.Module):
+    """Features -> 30 future offsets in the heading frame."""
+
+    def __init__(self, d_in: int, hidden: int = 128):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(d_in, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+                                 nn.Linear(hidden, 2 * FUT))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def train_trajectory(samples: dict, use_p2: bool = True, steps: int = 600, lr: float = 2e-3,
+                     seed: int = 0) -> TrajectoryMLP:
+    """Full-batch Adam on the mean squared error of heading-frame future offsets."""
+    torch.manual_seed(seed)
+    X = torch.from_numpy(trajectory_features(samples, use_p2))
+    R = _frame(samples["past1"])
+    Y = np.einsum("nij,ntj->nti", R, samples["fut1"] - samples["past1"][:, -1:]).reshape(len(X), -1)
+    Y = torch.from_numpy(Y.astype(np.float32))
+    net = TrajectoryMLP(X.shape[1])
+    opt = torch.optim.Adam(net.parameters(), lr=lr, weight_decay=1e-4)
+    for _ in range(steps):
+        l = ((net(X) - Y) ** 2).mean()
+        opt.zero_grad()
+        l.backward()
+        opt.step()
+    return net
+
+
+@torch.no_grad()
+def predict_trajectory(net: TrajectoryMLP, samples: dict, use_p2: bool = True) -> np.ndarray:
+    """Future positions (n, 30, 2) in world metres."""
+    out = net(torch.from_numpy(trajectory_features(samples, use_p2))).numpy().reshape(-1, FUT, 2)
+    R = _frame(samples["past1"])
+    return np.einsum("nji,ntj->nti", R, out) + samples["past1"][:, -1:]
+
+
+def constant_velocity(samples: dict) -> np.ndarray:
+    """Constant-velocity extrapolation from the last 0.27 s of the past."""
+    p1 = samples["past1"]
+    v = (p1[:, -1] - p1[:, -5]) / 4
+    return p1[:, -1:] + v[:, None] * np.arange(1, FUT + 1)[None, :, None]
