@@ -16,7 +16,7 @@ from companion_lib.common import (
     ClaimsFailed, ClaimTable, disk_cache, glue_text, library_fingerprint, limit_threads,
     seed_everything, timer, use_book_style,
 )
-from companion_lib.common.glue import GluedText
+from companion_lib.common.glue import GluedText, format_value
 from companion_lib.common.prose import typed_numbers
 from companion_lib.common.buildtools import invalidate_cache
 from companion_lib.common.threads import default_threads
@@ -175,9 +175,10 @@ def test_claim_table_rejects_bad_input():
 
 # -- glue and typed numbers ------------------------------------------------------------------------
 def test_glue_text_formats_and_rejects_bad_values():
-    assert glue_text("acc", 0.91234, ".2f") == "0.91"
-    assert glue_text("n", np.int64(12)) == "12" and glue_text("big", 123456) == "123,456"
-    assert glue_text("g", 1 / 3) == "0.333" and glue_text("s", "SD") == "SD"
+    assert format_value(0.91234, ".2f") == "0.91"
+    assert format_value(np.int64(12)) == "12" and format_value(123456) == "123,456"
+    assert format_value(1 / 3) == "0.333" and format_value("SD") == "SD"
+    assert glue_text("acc", 0.91234, ".2f") is None  # a cell ending in a glue prints nothing
     assert repr(GluedText("0.91")) == "0.91"  # what {glue:text} shows: no quotes
     with pytest.raises(TypeError, match="bool"):
         glue_text("b", True)

@@ -9,7 +9,7 @@ the page shows exactly the digits the notebook chose (no quotes, no repr)::
     glue_text("sd_gain", gain, "+.1f")        # prose: {glue:text}`sd_gain`
     glue_text("n_seeds", len(seeds))          # integers print as integers
 
-Outside a running notebook (a plain script, a unit test) the glue is skipped and the text returned.
+Outside a running notebook (a plain script, a unit test) the glue is skipped.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import re
 
 import numpy as np
 
-__all__ = ["GluedText", "glue_text", "glue_many"]
+__all__ = ["GluedText", "format_value", "glue_text", "glue_many"]
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 
@@ -37,7 +37,8 @@ class GluedText:
         return self.text
 
 
-def _format(value: object, fmt: str | None) -> str:
+def format_value(value: object, fmt: str | None = None) -> str:
+    """The text :func:`glue_text` glues for ``value`` (see there for the defaults)."""
     if isinstance(value, str):
         if fmt:
             raise ValueError("fmt applies to numbers only; format the string yourself")
@@ -53,15 +54,16 @@ def _format(value: object, fmt: str | None) -> str:
     raise TypeError(f"glue a number or a string, got {type(value).__name__}")
 
 
-def glue_text(name: str, value: object, fmt: str | None = None) -> str:
-    """Glue ``value`` (formatted with ``fmt``, a :func:`format` spec) as ``name``; return the text.
+def glue_text(name: str, value: object, fmt: str | None = None) -> None:
+    """Glue ``value`` (formatted with ``fmt``, a :func:`format` spec) as ``name``.
 
     In the Markdown: ``{glue:text}`name```. Numbers default to 3 significant digits, integers to
-    themselves (thousands separated from 10,000 on).
+    themselves (thousands separated from 10,000 on). Returns None, so that a cell ending with a glue
+    shows no output; :func:`format_value` gives the text.
     """
     if not isinstance(name, str) or not _NAME.match(name):
         raise ValueError(f"name must be an identifier-like string, got {name!r}")
-    text = _format(value, fmt)
+    text = format_value(value, fmt)
     try:
         from IPython import get_ipython
 
@@ -72,9 +74,9 @@ def glue_text(name: str, value: object, fmt: str | None = None) -> str:
         from myst_nb import glue
 
         glue(name, GluedText(text), display=False)
-    return text
 
 
-def glue_many(fmt: str | None = None, **values: object) -> dict[str, str]:
+def glue_many(fmt: str | None = None, **values: object) -> None:
     """Glue several values with one format: ``glue_many(".2f", acc_sd=0.91, acc_pll=0.93)``."""
-    return {name: glue_text(name, value, fmt) for name, value in values.items()}
+    for name, value in values.items():
+        glue_text(name, value, fmt)
