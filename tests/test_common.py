@@ -13,7 +13,7 @@ from threadpoolctl import threadpool_info
 
 from companion_lib.common.claims import CLAIMS_MIME
 from companion_lib.common import (
-    ClaimsFailed, ClaimTable, disk_cache, glue_text, library_fingerprint, limit_threads,
+    ClaimsFailed, ClaimTable, disk_cache, glue, library_fingerprint, limit_threads,
     seed_everything, timer, use_book_style,
 )
 from companion_lib.common.glue import GluedText, format_value
@@ -178,14 +178,14 @@ def test_glue_text_formats_and_rejects_bad_values():
     assert format_value(0.91234, ".2f") == "0.91"
     assert format_value(np.int64(12)) == "12" and format_value(123456) == "123,456"
     assert format_value(1 / 3) == "0.333" and format_value("SD") == "SD"
-    assert glue_text("acc", 0.91234, ".2f") is None  # a cell ending in a glue prints nothing
+    assert glue("acc", 0.91234, ".2f") is None  # a cell ending in a glue prints nothing
     assert repr(GluedText("0.91")) == "0.91"  # what {glue:text} shows: no quotes
     with pytest.raises(TypeError, match="bool"):
-        glue_text("b", True)
+        glue("b", True)
     with pytest.raises(ValueError, match="non-finite"):
-        glue_text("x", float("nan"))
+        glue("x", float("nan"))
     with pytest.raises(ValueError, match="name"):
-        glue_text("not a name", 1)
+        glue("not a name", 1)
 
 
 def test_typed_numbers_flags_typed_results_only():

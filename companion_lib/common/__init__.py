@@ -10,7 +10,7 @@ A notebook's first lines after the setup cell are typically::
 
 from .cache import cache_dir, disk_cache, library_fingerprint
 from .claims import CLAIMS_MIME, Claim, ClaimsFailed, ClaimTable
-from .glue import glue_many, glue_text
+from .glue import glue_all, glue
 from .paths import build_dir, claims_dir, project_root
 from .seeding import seed_everything
 from .style import BOOK_COLORS, use_book_style
@@ -19,6 +19,6 @@ from .timing import Timing, timer
 
 __all__ = [
     "BOOK_COLORS", "CLAIMS_MIME", "Claim", "ClaimTable", "ClaimsFailed", "Timing",
-    "build_dir", "cache_dir", "claims_dir", "default_threads", "disk_cache", "glue_many", "glue_text",
+    "build_dir", "cache_dir", "claims_dir", "default_threads", "disk_cache", "glue_all", "glue",
     "library_fingerprint", "limit_threads", "project_root", "seed_everything", "timer", "use_book_style",
 ]

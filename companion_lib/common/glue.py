@@ -2,12 +2,12 @@
 
 The book never types a result into prose. A notebook computes the value, glues it under a name, and
 the Markdown shows it with myst-nb's role, e.g. ``the gain is {glue:text}`sd_gain` points``. A re-run
-under other seeds or sizes changes the page with it. :func:`glue_text` glues the *formatted* text, so
+under other seeds or sizes changes the page with it. :func:`glue` glues the *formatted* text, so
 the page shows exactly the digits the notebook chose (no quotes, no repr)::
 
-    from companion_lib.common import glue_text
-    glue_text("sd_gain", gain, "+.1f")        # prose: {glue:text}`sd_gain`
-    glue_text("n_seeds", len(seeds))          # integers print as integers
+    from companion_lib.common import glue
+    glue("sd_gain", gain, "+.1f")        # prose: {glue:text}`sd_gain`
+    glue("n_seeds", len(seeds))          # integers print as integers
 
 Outside a running notebook (a plain script, a unit test) the glue is skipped.
 """
@@ -19,7 +19,7 @@ import re
 
 import numpy as np
 
-__all__ = ["GluedText", "format_value", "glue_text", "glue_many"]
+__all__ = ["GluedText", "format_value", "glue", "glue_all"]
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 
@@ -38,7 +38,7 @@ class GluedText:
 
 
 def format_value(value: object, fmt: str | None = None) -> str:
-    """The text :func:`glue_text` glues for ``value`` (see there for the defaults)."""
+    """The text :func:`glue` glues for ``value`` (see there for the defaults)."""
     if isinstance(value, str):
         if fmt:
             raise ValueError("fmt applies to numbers only; format the string yourself")
@@ -54,7 +54,7 @@ def format_value(value: object, fmt: str | None = None) -> str:
     raise TypeError(f"glue a number or a string, got {type(value).__name__}")
 
 
-def glue_text(name: str, value: object, fmt: str | None = None) -> None:
+def glue(name: str, value: object, fmt: str | None = None) -> None:
     """Glue ``value`` (formatted with ``fmt``, a :func:`format` spec) as ``name``.
 
     In the Markdown: ``{glue:text}`name```. Numbers default to 3 significant digits, integers to
@@ -71,12 +71,12 @@ def glue_text(name: str, value: object, fmt: str | None = None) -> None:
     except ImportError:  # pragma: no cover - IPython ships with the book's toolchain
         shell = None
     if shell is not None and getattr(shell, "kernel", None) is not None:
-        from myst_nb import glue
+        from myst_nb import glue as myst_glue
 
-        glue(name, GluedText(text), display=False)
+        myst_glue(name, GluedText(text), display=False)
 
 
-def glue_many(fmt: str | None = None, **values: object) -> None:
-    """Glue several values with one format: ``glue_many(".2f", acc_sd=0.91, acc_pll=0.93)``."""
+def glue_all(fmt: str | None = None, **values: object) -> None:
+    """Glue several values with one format: ``glue_all(".2f", acc_sd=0.91, acc_pll=0.93)``."""
     for name, value in values.items():
-        glue_text(name, value, fmt)
+        glue(name, value, fmt)
