@@ -1,0 +1,199 @@
+"""Unit tests for companion_lib.lucidppn (Pach et al., ICLR 2025)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from companion_lib import lucidppn as lp
+
+
+@pytest.fixture(scope="module")
+def birds():
+    return lp.make_birds(4, np.random.default_rng(0))
+
+
+# -- data ---------------------------------------------------------------------------------------
+def test_palette_is_exactly_isoluminant():
+    for name, colour in lp.PALETTE.items():
+        assert abs(lp.luminance(np.array(colour)) - lp.HEAD_LUMINANCE) < 1e-6, name
+        assert all(0.0 <= c <= 1.0 for c in colour), name
+    assert lp.isoluminant_colour((1.0, None, None))[1] == pytest.approx(0.151 / 0.701)
+
+
+def test_isoluminant_colour_rejects_impossible_templates():
+    with pytest.raises(ValueError, match="template"):
+        lp.isoluminant_colour((1.0, 1.0, 1.0))
+    with pytest.raises(ValueError, match="no isoluminant colour"):
+        lp.isoluminant_colour((1.0, 1.0, None))
+
+
+def test_grey_image_of_any_palette_colour_is_identical_across_classes():
+    a = lp.make_birds(3, np.random.default_rng(5), colours=("red", "green", "blue"))
+    b = lp.make_birds(3, np.random.default_rng(5), colours=("blue", "yellow", "green"))
+    assert not np.allclose(a.images, b.images)
+    torch.testing.assert_close(lp.to_grey(a.images), lp.to_grey(b.images), atol=1e-6, rtol=0)
+    swapped = lp.swap_head_colours(a)
+    assert not np.allclose(swapped.images, a.images)
+    torch.testing.assert_close(lp.to_grey(swapped.images), lp.to_grey(a.images), atol=1e-6, rtol=0)
+
+
+def test_make_birds_shapes_labels_and_masks(birds):
+    assert birds.images.shape == (24, 3, 24, 24) and birds.masks.shape == (24, 2, 24, 24)
+    assert birds.images.min() >= 0 and birds.images.max() <= 1
+    np.testing.assert_array_equal(np.bincount(birds.labels), [4] * 6)
+    assert not (birds.masks[:, 0] * birds.masks[:, 1]).any()          # head and body are disjoint
+    assert birds.masks[:, 0].sum((1, 2)).min() > 10                   # every head is visible
+    head_pixels = birds.images.transpose(0, 2, 3, 1)[birds.masks[:, 0] > 0]
+    np.testing.assert_allclose(lp.luminance(head_pixels), lp.HEAD_LUMINANCE, atol=1e-6)
+    assert birds.class_names[0] == "red disk" and birds.n_classes == 6
+
+
+def test_swapped_labels_cycle_the_colour_and_keep_the_shape(birds):
+    new = lp.swapped_labels(birds)
+    np.testing.assert_array_equal(birds.shape_index(new), birds.shape_index())
+    np.testing.assert_array_equal(birds.colour_index(new), (birds.colour_index() + 1) % 3)
+
+
+def test_bad_data_input_names_the_argument():
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="colours: unknown colour name 'purple'"):
+        lp.make_birds(2, rng, colours=("red", "purple"))
+    with pytest.raises(ValueError, match="shapes"):
+        lp.make_birds(2, rng, shapes=("triangle",))
+    with pytest.raises(ValueError, match="n_per_class"):
+        lp.make_birds(0, rng)
+    with pytest.raises(ValueError, match=r"images must have shape \(N, 3, H, W\)"):
+        lp.to_grey(np.zeros((2, 1, 8, 8)))
+    with pytest.raises(ValueError, match=r"images must hold finite values in \[0, 1\]"):
+        lp.to_grey(np.full((2, 3, 8, 8), 1.5))
+    with pytest.raises(ValueError, match="images"):
+        lp.LucidPPN(2, 6)(torch.full((1, 3, 24, 24), -0.1))
+
+
+# -- model --------------------------------------------------------------------------------------
+def test_forward_and_fusion_shapes(birds):
+    torch.manual_seed(0)
+    model = lp.LucidPPN(2, 6)
+    out = model(torch.as_tensor(birds.images[:5]))
+    assert out.shape_maps.shape == out.colour_maps.shape == out.fused_maps.shape == (5, 2, 6, 12, 12)
+    assert out.shape_scores.shape == out.fused_scores.shape == (5, 2, 6)
+    assert out.logits.shape == out.shape_logits.shape == (5, 6)
+    torch.testing.assert_close(out.fused_maps, out.colour_maps * out.shape_maps)
+    torch.testing.assert_close(out.logits, out.fused_maps.amax((-2, -1)).mean(1))
+    assert lp.BlackBoxCNN(6)(torch.as_tensor(birds.images[:5])).shape == (5, 6)
+    with pytest.raises(ValueError, match="differ"):
+        lp.fuse(torch.zeros(1, 2, 3, 4, 4), torch.zeros(1, 2, 3, 2, 2))
+
+
+def test_colour_net_sees_only_colour():
+    torch.manual_seed(1)
+    net = lp.ColorNet(2, 3)
+    img = torch.rand(1, 3, 4, 4)
+    maps = net(img, (4, 4))
+    flat = net.respond(img[0].permute(1, 2, 0).reshape(-1, 3))       # the same pixels as plain colours
+    torch.testing.assert_close(maps[0].permute(2, 3, 0, 1).reshape(-1, 2, 3), flat)
+
+
+def test_detach_keeps_the_colour_loss_out_of_shapetexnet(birds):
+    x, m, y = torch.as_tensor(birds.images[:6]), torch.as_tensor(birds.masks[:6]), torch.as_tensor(birds.labels[:6])
+    for detach, reaches in [(True, False), (False, True)]:
+        torch.manual_seed(0)
+        model = lp.LucidPPN(2, 6, detach=detach)
+        lp.lucid_losses(model(x), m, y)["L_C"].backward()
+        grad = sum(p.grad.abs().sum() for p in model.shape_net.parameters() if p.grad is not None)
+        assert (float(grad) > 0) is reaches
+        assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.colour_net.parameters())
+
+
+def test_n_parts_must_be_positive():
+    with pytest.raises(ValueError, match="n_parts must be >= 1"):
+        lp.LucidPPN(0, 6)
+    with pytest.raises(ValueError, match="n_parts"):
+        lp.ColorNet(0, 6)
+
+
+# -- losses and metrics on hand-made maps --------------------------------------------------------
+def _output(zs, zc):
+    z = zc * zs
+    rs, r = zs.amax((-2, -1)), z.amax((-2, -1))
+    return lp.LucidOutput(zs, zc, z, rs, r, rs.mean(1), r.mean(1))
+
+
+def test_loss_values_on_hand_made_maps():
+    n, k, m = 2, 2, 3
+    half = _output(torch.full((n, k, m, 4, 4), 0.5), torch.ones(n, k, m, 4, 4))
+    masks, labels = torch.zeros(n, k, 8, 8), torch.tensor([0, 2])
+    losses = lp.lucid_losses(half, masks, labels)
+    for key in ("L_D", "L_S", "L_C"):
+        assert float(losses[key]) == pytest.approx(math.log(2), rel=1e-6)
+    assert float(losses["total"]) == pytest.approx(3.4 * math.log(2), rel=1e-6)
+    # a perfect model: true-class maps equal the masks (0/1), scores one-hot
+    zs = torch.full((n, k, m, 4, 4), 1e-6)
+    masks = torch.zeros(n, k, 4, 4)
+    masks[:, 0, :2, :2] = 1
+    masks[:, 1, 2:, 2:] = 1
+    for i, y in enumerate(labels):
+        zs[i, :, y] = masks[i].clamp(1e-6, 1 - 1e-6)
+    perfect = lp.lucid_losses(_output(zs, torch.ones_like(zs)), masks, labels)
+    assert float(perfect["total"]) < 1e-4
+    # L_S depends on the scores only: pe = 0.9 on the true class, 0.1 elsewhere
+    zs = torch.full((n, k, m, 4, 4), 0.1)
+    for i, y in enumerate(labels):
+        zs[i, :, y] = 0.9
+    assert float(lp.lucid_losses(_output(zs, torch.ones_like(zs)), masks, labels)["L_S"]) == pytest.approx(-math.log(0.9), rel=1e-5)
+
+
+def test_losses_reject_bad_masks():
+    out = _output(torch.full((2, 2, 3, 4, 4), 0.5), torch.ones(2, 2, 3, 4, 4))
+    with pytest.raises(ValueError, match="masks must have shape"):
+        lp.lucid_losses(out, torch.zeros(2, 3, 4, 4), torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="labels"):
+        lp.lucid_losses(out, torch.zeros(2, 2, 4, 4), torch.tensor([0]))
+    with pytest.raises(ValueError, match="masks must have shape"):
+        lp.part_hit_rate(out.shape_maps, torch.zeros(3, 2, 8, 8), torch.tensor([0, 1]))
+
+
+def test_part_hit_rate_on_hand_made_maps():
+    zs = torch.zeros(2, 2, 3, 4, 4)
+    masks = torch.zeros(2, 2, 8, 8)
+    masks[:, 0, :4, :4] = 1          # head: top-left quarter
+    masks[:, 1, 4:, 4:] = 1          # body: bottom-right quarter
+    labels = torch.tensor([1, 2])
+    zs[0, 0, 1, 0, 0] = 1            # image 0: head peak inside, body peak outside
+    zs[0, 1, 1, 0, 3] = 1
+    zs[1, 0, 2, 1, 1] = 1            # image 1: both inside
+    zs[1, 1, 2, 3, 3] = 1
+    zs[1, 0, 0, 3, 3] = 5            # a wrong-class map peaking elsewhere does not count
+    np.testing.assert_allclose(lp.part_hit_rate(zs, masks, labels), [1.0, 0.5])
+
+
+def test_nearest_palette_colour():
+    assert lp.nearest_palette_colour([[1, 0, 0], [0, 1, 0], [0.3, 0.3, 0.9]], ("red", "green", "blue")) == [
+        "red", "green", "blue"]
+
+
+def test_masks_must_match_the_images(birds):
+    from dataclasses import replace
+
+    with pytest.raises(ValueError, match="masks must have shape"):
+        lp.fit_lucidppn(replace(birds, masks=birds.masks[:, :, :12, :12]), epochs=1)
+    with pytest.raises(ValueError, match="masks must have shape"):
+        lp.fit_lucidppn(replace(birds, masks=birds.masks[:5]), epochs=1)
+    with pytest.raises(ValueError, match="palette"):
+        lp.make_birds(2, np.random.default_rng(0), colours=("red",), palette={"red": (1.2, 0, 0)})
+
+
+# -- training (tiny) ------------------------------------------------------------------------------
+def test_training_reduces_the_loss_and_analyses_run(birds):
+    model, history = lp.fit_lucidppn(birds, epochs=4, batch_size=8, seed=0)
+    assert history[-1]["total"] < history[0]["total"]
+    assert lp.colour_prototypes(model, part=0, steps=3).shape == (6, 3)
+    assert lp.top_patches(model, birds, part=0, cls=1, n=2, patch=8).shape == (2, 8, 8, 3)
+    with pytest.raises(ValueError, match="part must be <"):
+        lp.colour_prototypes(model, part=2)
+    cnn = lp.fit_blackbox(birds, epochs=2, seed=0)
+    assert lp.blackbox_predict(cnn, birds.images).shape == (24,)
