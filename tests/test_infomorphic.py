@@ -132,3 +132,88 @@ def test_local_learning_beats_chance_and_config_errors():
         im.run_experiment(with_(cfg, n_hidden=0), 0, data)
     with pytest.raises(ValueError, match="bins"):
         im.run_experiment(with_(cfg, bins_hidden=0), 0, data)
+
+
+def test_batched_models_are_independent():
+    torch.manual_seed(0)
+    cfg = im.TrainConfig(n_hidden=6)
+    net = im.InfoNet(64, 10, cfg, n_models=3)
+    x, y1 = torch.randn(32, 64), torch.eye(10)[torch.randint(0, 10, (32,))]
+    srcs, theta, s = net.hidden_forward(x, y1)
+    assert theta.shape == (32, 3, 6) and all(t.shape == (32, 3, 6) for t in srcs)
+    (theta[:, 1].sum() + net.output_theta(s)[:, 1].sum()).backward()
+    for p in (net.ff_w, net.ctx_w, net.lat_w, net.out_w):
+        assert p.grad[[0, 2]].abs().max() == 0 and p.grad[1].abs().max() > 0
+    with pytest.raises(ValueError, match="n_models"):
+        im.InfoNet(64, 10, cfg, n_models=0)
+
+
+def test_run_models_shapes_paired_init_and_errors():
+    data = im.load_digits_split(0)
+    cfg = im.TrainConfig(n_hidden=8, epochs=2)
+    r = im.run_models(cfg, 0, goals=["trivariate heuristic", "unique F"], replicates=2, data=data)
+    assert r["accuracy"].shape == (2, 2) and r["atoms"].shape == (2, 2, 2, 19)
+    assert ((r["accuracy"] > 0) & (r["accuracy"] <= 1)).all()
+    one = im.run_experiment(cfg, 0, data)
+    assert isinstance(one["accuracy"], float) and one["atoms"].shape == (2, 19)
+    rp = im.run_experiment(with_(cfg, hidden="random"), 0, data)
+    assert rp["accuracy"] > 0.15 and rp["atom_labels"] == ()   # above chance (0.1)
+    with pytest.raises(ValueError, match="replicates"):
+        im.run_models(cfg, 0, replicates=0, data=data)
+    with pytest.raises(ValueError, match="goals"):
+        im.run_models(cfg, 0, goals=[], data=data)
+
+
+def test_perturb_goal_and_paired_interval():
+    opt = im.GOALS["trivariate optimised"]
+    assert len(opt) == 19 and im.goal_vector(opt, 3).shape == (19,)
+    assert "{F}{L}" not in im.perturb_goal(opt, "{F}{L}", "zero") and "{F}{L}" in opt
+    assert im.perturb_goal(opt, "{F}", 0.1)["{F}"] == pytest.approx(opt["{F}"] + 0.1)
+    assert im.perturb_goal({}, "H_res", 0.1) == {"H_res": 0.1}
+    for atom, change in im.SENSITIVE_PERTURBATIONS:
+        im.goal_vector(im.perturb_goal(opt, atom, change), 3)       # every perturbed atom exists
+    with pytest.raises(ValueError, match="change"):
+        im.perturb_goal(opt, "{F}", "double")
+    m, lo, hi = im.paired_interval([0.1, 0.2, 0.3])
+    assert m == pytest.approx(0.2) and lo < m < hi and hi - m == pytest.approx(m - lo)
+    with pytest.raises(ValueError, match="two"):
+        im.paired_interval([0.1])
+    with pytest.raises(ValueError, match="level"):
+        im.paired_interval([0.1, 0.2], level=1.5)
+
+
+def test_isx_matches_the_node_by_node_formula():
+    # the vectorised inclusion-exclusion against a direct evaluation of the definition, node by node
+    import itertools
+    rng = np.random.default_rng(5)
+    P = rng.dirichlet(np.ones(3 * 2 * 2 * 2)).reshape(3, 2, 2, 2)
+    P[0, 0, 0, 0] = 0; P /= P.sum()
+    ours = im.isx_redundancies(P, 3).numpy()
+    for node, val in zip(im.antichains(3), ours):
+        total = 0.0
+        for s in itertools.product(*(range(k) for k in P.shape[:3])):
+            for t in range(2):
+                if P[s + (t,)] == 0:
+                    continue
+                ev = np.zeros(P.shape[:3], dtype=bool)
+                for a in node:
+                    idx = np.ones(P.shape[:3], dtype=bool)
+                    for i in a:
+                        sl = [slice(None)] * 3; sl[i] = [j for j in range(P.shape[i]) if j != s[i]]
+                        idx[tuple(sl)] = False
+                    ev |= idx
+                pu, pu_t, p_t = P[ev].sum(), P[..., t][ev].sum(), P[..., t].sum()
+                total += P[s + (t,)] * np.log2(pu_t / (pu * p_t))
+        assert abs(total - val) < 1e-9
+
+
+def test_source_grad_off_is_exact_for_soft_joints():
+    torch.manual_seed(1)
+    F, C, L = torch.randn(128, 4), torch.randn(128, 4), torch.randn(128, 4)
+    w = torch.tensor([0.7, -0.3, 1.1], requires_grad=True)
+    grads = []
+    for flag in (True, False):
+        theta = torch.sigmoid(w[0] * F + w[1] * C + w[2] * L)
+        atoms = im.pid_from_joint(im.soft_joint([F, C, L], theta, 3), n_sources=3, source_grad=flag)
+        grads.append(torch.autograd.grad((atoms * torch.linspace(-1, 1, 19)).sum(), w)[0])
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-6)

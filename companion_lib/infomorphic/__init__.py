@@ -9,9 +9,10 @@ feedforward (F), context (C) and lateral (L) inputs.
 
 from .pid import (SOURCE_NAMES, antichains, atom_labels, isx_redundancies, mobius_matrix,
                   pid_from_joint, precedes)
-from .network import (GOALS, InfoNet, TrainConfig, backprop_accuracy, goal_vector, load_digits_split,
-                      run_experiment, soft_joint)
+from .claims import claims_table
+from .network import (GOALS, SENSITIVE_PERTURBATIONS, InfoNet, TrainConfig, backprop_accuracy, goal_vector, load_digits_split, paired_interval, perturb_goal,
+                      run_experiment, run_models, soft_joint)
 
-__all__ = ["GOALS", "InfoNet", "SOURCE_NAMES", "TrainConfig", "antichains", "atom_labels",
-           "backprop_accuracy", "goal_vector", "isx_redundancies", "load_digits_split", "mobius_matrix",
-           "pid_from_joint", "precedes", "run_experiment", "soft_joint"]
+__all__ = ["GOALS", "InfoNet", "SENSITIVE_PERTURBATIONS", "SOURCE_NAMES", "TrainConfig", "antichains", "atom_labels",
+           "backprop_accuracy", "claims_table", "goal_vector", "isx_redundancies", "load_digits_split", "mobius_matrix",
+           "paired_interval", "perturb_goal", "pid_from_joint", "precedes", "run_experiment", "run_models", "soft_joint"]

@@ -24,7 +24,32 @@ GOALS = {
     "context heuristic": {"{F}{C}": 1.0},                        # bivariate (F, C)
     "unique F": {"{F}": 1.0},                                    # no redundancy with the label
     "output": {"{F}": -0.2, "{C}": 0.1, "{F}{C}": 1.0, "{FC}": 0.1},
+    # opt_1_100_tpe.yaml: the paper's Optuna-optimised goal (MNIST, N = 100), the one its sensitivity
+    # figure perturbs; rounded to three decimals
+    "trivariate optimised": {"{F}{C}{L}": 0.331, "{F}{C}": 0.978, "{F}{L}": -0.994, "{C}{L}": 0.402,
+                             "{F}{CL}": 0.243, "{C}{FL}": 0.626, "{L}{FC}": 0.471, "{F}": 0.021,
+                             "{C}": 0.061, "{L}": -0.947, "{FC}{FL}{CL}": -0.020, "{FC}{FL}": -0.968,
+                             "{FC}{CL}": -0.692, "{FL}{CL}": 0.427, "{FC}": 0.974, "{FL}": 0.737,
+                             "{CL}": -0.122, "{FCL}": -0.215, "H_res": 0.035},
 }
+# The perturbations of the optimised goal that cost the most accuracy in the paper's sensitivity
+# figure (research note): (atom, "zero" or an added amount)
+SENSITIVE_PERTURBATIONS = (("{F}", 0.1), ("{FC}{FL}", "zero"), ("{F}{L}", "zero"), ("{F}{C}{L}", "zero"),
+                           ("H_res", 0.1))
+
+
+def perturb_goal(goal: dict, atom: str, change) -> dict:
+    """A copy of ``goal`` with ``atom`` set to zero (``change="zero"``) or shifted by ``change``."""
+    if not isinstance(goal, dict):
+        raise TypeError(f"goal must be a dict {{atom label: gamma}}, got {type(goal).__name__}")
+    out = dict(goal)
+    if change == "zero":
+        out.pop(atom, None)
+    elif isinstance(change, (int, float)) and not isinstance(change, bool):
+        out[atom] = out.get(atom, 0.0) + float(change)
+    else:
+        raise ValueError(f"change must be 'zero' or a number, got {change!r}")
+    return out
 HIDDEN_KINDS = ("trivariate", "context", "lateral", "random")
 
 
@@ -95,10 +120,27 @@ class TrainConfig:
     test_passes: int = 5        # stochastic test passes averaged
 
 
-class InfoNet(nn.Module):
-    """One hidden infomorphic layer (with lateral recurrence) and an infomorphic output layer."""
+def _uniform(*shape, fan_in: int) -> nn.Parameter:
+    """torch's default ``nn.Linear`` initialisation, U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
+    bound = 1 / np.sqrt(fan_in)
+    return nn.Parameter(torch.empty(*shape).uniform_(-bound, bound))
 
-    def __init__(self, n_in: int, n_classes: int, cfg: TrainConfig) -> None:
+
+def _sample(theta: torch.Tensor) -> torch.Tensor:
+    """Bernoulli(theta) samples in {0, 1}, without gradient (a uniform draw below theta)."""
+    with torch.no_grad():
+        return (torch.rand_like(theta) < theta).to(theta.dtype)
+
+
+class InfoNet(nn.Module):
+    """A hidden infomorphic layer (with lateral recurrence) and an infomorphic output layer.
+
+    ``n_models`` independent networks are held side by side (a leading model axis on every weight) and
+    trained in one pass: their neurons never see each other, each has its own goal, and batching them
+    only saves time. Sources and outputs are ``[batch, models, neurons]``.
+    """
+
+    def __init__(self, n_in: int, n_classes: int, cfg: TrainConfig, n_models: int = 1) -> None:
         super().__init__()
         if cfg.hidden not in HIDDEN_KINDS:
             raise ValueError(f"hidden must be one of {HIDDEN_KINDS}, got {cfg.hidden!r}")
@@ -106,13 +148,15 @@ class InfoNet(nn.Module):
             raise ValueError(f"n_hidden must be positive, got {cfg.n_hidden!r}")
         if cfg.bins_hidden < 1 or cfg.bins_output < 1:
             raise ValueError("bins_hidden and bins_output must be positive")
-        self.cfg, N = cfg, int(cfg.n_hidden)
-        self.ff = nn.Linear(n_in, N)
-        self.ctx = nn.Linear(n_classes, N)
-        self.lat = nn.Linear(N, N)
-        self.register_buffer("lat_mask", 1 - torch.eye(N))
-        self.out = nn.Linear(N, n_classes)
-        self.n_classes = n_classes
+        if int(n_models) < 1:
+            raise ValueError(f"n_models must be positive, got {n_models!r}")
+        self.cfg, N, M, K = cfg, int(cfg.n_hidden), int(n_models), int(n_classes)
+        self.ff_w, self.ff_b = _uniform(M, N, n_in, fan_in=n_in), _uniform(M, N, fan_in=n_in)
+        self.ctx_w, self.ctx_b = _uniform(M, N, K, fan_in=K), _uniform(M, N, fan_in=K)
+        self.lat_w, self.lat_b = _uniform(M, N, N, fan_in=N), _uniform(M, N, fan_in=N)
+        self.out_w, self.out_b = _uniform(M, K, N, fan_in=N), _uniform(M, K, fan_in=N)
+        self.register_buffer("lat_mask", 1 - torch.eye(N))      # no self-connection
+        self.n_classes, self.n_models = K, M
         self.hidden_sources = {"trivariate": 3, "context": 2, "lateral": 2, "random": 0}[cfg.hidden]
 
     # -- activations -------------------------------------------------------------------------
@@ -125,27 +169,31 @@ class InfoNet(nn.Module):
         return F * (c.k1 + (1 - c.k1) * 2 * torch.sigmoid(c.k2 * F * M))
 
     def hidden_forward(self, x, y1hot):
-        """Two lateral passes; returns (sources, theta, sampled outputs in {-1, +1})."""
-        F = self.ff(x)
+        """Two lateral passes; returns (sources, theta, sampled outputs in {-1, +1}), each [B, M, N]."""
+        F = torch.einsum("bd,mnd->bmn", x, self.ff_w) + self.ff_b
         if self.cfg.hidden == "random":
             s = torch.where(F >= 0, 1.0, -1.0)
             return [F], None, s
-        C = self.ctx(y1hot) if y1hot is not None else torch.zeros_like(F)
         zeros = torch.zeros_like(F)
+        C = torch.einsum("bk,mnk->bmn", y1hot, self.ctx_w) + self.ctx_b if y1hot is not None else zeros
         lateral = self.cfg.hidden in ("trivariate", "lateral")
         theta = torch.sigmoid(self.activation(F, C, zeros))
         if lateral:
-            s1 = 2 * torch.bernoulli(theta.detach()) - 1
-            L = nn.functional.linear(s1, self.lat.weight * self.lat_mask, self.lat.bias)
+            s1 = 2 * _sample(theta) - 1
+            L = torch.einsum("bmj,mnj->bmn", s1, self.lat_w * self.lat_mask) + self.lat_b
             theta = torch.sigmoid(self.activation(F, C, L))
         else:
             L = zeros
-        s = 2 * torch.bernoulli(theta.detach()) - 1
+        s = 2 * _sample(theta) - 1
         srcs = {"trivariate": [F, C, L], "context": [F, C], "lateral": [F, L]}[self.cfg.hidden]
         return srcs, theta, s
 
+    def output_drive(self, h):
+        """The output neurons' feedforward input, [B, M, K], from hidden outputs h [B, M, N]."""
+        return torch.einsum("bmn,mkn->bmk", h, self.out_w) + self.out_b
+
     def output_theta(self, h):
-        return torch.sigmoid(self.out(h))
+        return torch.sigmoid(self.output_drive(h))
 
 
 def load_digits_split(seed: int, test_size: float = 0.3):
@@ -159,11 +207,15 @@ def load_digits_split(seed: int, test_size: float = 0.3):
 
 
 def _atoms(sources, theta, bins):
-    return pid_from_joint(soft_joint(sources, theta, bins), n_sources=len(sources), validate=False)
+    """PID atoms per neuron, [M * N, atoms + 1], of [B, M, N] sources and theta."""
+    flat = [t.reshape(t.shape[0], -1) for t in sources]
+    # the source marginal of soft_joint does not depend on theta: no gradient through it
+    return pid_from_joint(soft_joint(flat, theta.reshape(theta.shape[0], -1), bins),
+                          n_sources=len(sources), validate=False, source_grad=False)
 
 
 def predict_proba(net: InfoNet, X: np.ndarray, passes: int) -> np.ndarray:
-    """Output theta averaged over stochastic passes, with context set to 0 and inverted neurons flipped."""
+    """Output theta [B, M, K] averaged over stochastic passes, context 0, inverted neurons flipped."""
     with torch.no_grad():
         x = torch.as_tensor(X)
         theta = torch.stack([net.output_theta(net.hidden_forward(x, None)[2]) for _ in range(passes)]).mean(0)
@@ -172,27 +224,47 @@ def predict_proba(net: InfoNet, X: np.ndarray, passes: int) -> np.ndarray:
     return theta.numpy()
 
 
-def run_experiment(cfg: TrainConfig, seed: int, data=None) -> dict:
-    r"""Train an :class:`InfoNet` by local goals only and return test accuracy and atom histories.
+def _goal_dict(goal) -> dict:
+    if isinstance(goal, str):
+        if goal not in GOALS:
+            raise ValueError(f"goal must be one of {tuple(GOALS)} or a dict of gammas, got {goal!r}")
+        return GOALS[goal]
+    return goal
 
-    Each layer has its own Adam optimiser and loss $-\sum_j G_j$; the hidden outputs reach the output
-    layer detached, so nothing is backpropagated between layers.
+
+def run_models(cfg: TrainConfig, seed: int, goals=None, replicates: int = 1, data=None) -> dict:
+    r"""Train ``len(goals) * replicates`` networks side by side, by local goals only.
+
+    Network ``(g, r)`` has goal ``goals[g]`` (default: ``[cfg.goal]``) and initial weights number ``r``:
+    the goals share the initial weights and the mini-batch order of a replicate, so their differences
+    are paired. Each layer's loss is $-\sum_j G_j$ over its neurons; the hidden outputs reach the output
+    layer detached, so nothing is backpropagated between layers. Returns test ``accuracy`` ``[G, R]``,
+    the hidden neurons' mean ``atoms`` per epoch ``[epochs, G, R, atoms + 1]`` and ``atom_labels``.
     """
-    if isinstance(cfg.goal, str) and cfg.goal not in GOALS:
-        raise ValueError(f"goal must be one of {tuple(GOALS)} or a dict of gammas, got {cfg.goal!r}")
-    goal = GOALS[cfg.goal] if isinstance(cfg.goal, str) else cfg.goal
+    goals = [_goal_dict(g) for g in (goals if goals is not None else [cfg.goal])]
+    if not goals:
+        raise ValueError("goals must name at least one goal")
+    R, G = int(replicates), len(goals)
+    if R < 1:
+        raise ValueError(f"replicates must be positive, got {replicates!r}")
     Xtr, ytr, Xte, yte = data if data is not None else load_digits_split(seed)
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     K = int(max(ytr.max(), yte.max())) + 1
-    net = InfoNet(Xtr.shape[1], K, cfg)
+    net = InfoNet(Xtr.shape[1], K, cfg, n_models=G * R)
     with torch.no_grad():
-        net.out.weight.mul_(0.1)
-    g_hidden = goal_vector(goal, net.hidden_sources) if net.hidden_sources else None
+        for p in net.parameters():         # model g * R + r starts from replicate r's weights
+            p.copy_(p[:R].repeat(G, *([1] * (p.ndim - 1))))
+        net.out_w.mul_(0.1)
+    N = int(cfg.n_hidden)
+    if net.hidden_sources:
+        g_hidden = torch.stack([goal_vector(g, net.hidden_sources) for g in goals])        # [G, atoms]
+        g_hidden = g_hidden.repeat_interleave(R * N, dim=0)                                 # [G*R*N, atoms]
     g_out = goal_vector(GOALS["output"], 2)
-    hidden_params = [p for n, p in net.named_parameters() if not n.startswith("out.")]
-    opt_h = torch.optim.Adam(hidden_params, lr=cfg.lr_hidden, weight_decay=cfg.wd_hidden) if g_hidden is not None else None
-    opt_o = torch.optim.Adam(net.out.parameters(), lr=cfg.lr_output, weight_decay=cfg.wd_output)
+    hidden_params = [net.ff_w, net.ff_b, net.ctx_w, net.ctx_b, net.lat_w, net.lat_b]
+    opt_h = (torch.optim.Adam(hidden_params, lr=cfg.lr_hidden, weight_decay=cfg.wd_hidden)
+             if net.hidden_sources else None)
+    opt_o = torch.optim.Adam([net.out_w, net.out_b], lr=cfg.lr_output, weight_decay=cfg.wd_output)
     eye = torch.eye(K)
     X_t, y_t = torch.as_tensor(Xtr), torch.as_tensor(ytr)
     history = []
@@ -205,24 +277,33 @@ def run_experiment(cfg: TrainConfig, seed: int, data=None) -> dict:
             srcs, theta, s = net.hidden_forward(x, y1)
             if opt_h is not None:
                 atoms = _atoms(srcs, theta, cfg.bins_hidden)
-                loss = -(atoms @ g_hidden).sum()
+                loss = -(atoms * g_hidden).sum()
                 opt_h.zero_grad()
                 loss.backward()
                 opt_h.step()
-                epoch_atoms.append(atoms.detach().mean(0))
-            theta_o = net.output_theta(s.detach())
+                epoch_atoms.append(atoms.detach().reshape(G, R, N, -1).mean(2))
+            h = s.detach()
+            theta_o = net.output_theta(h)
             # the label enters 1-to-1 as a +-1 signal (weights fixed to 1), binned into two bins
-            atoms_o = _atoms([net.out(s.detach()), 2 * y1 - 1], theta_o, [cfg.bins_output, 2])
+            label = (2 * y1 - 1).unsqueeze(1).expand_as(theta_o)
+            atoms_o = _atoms([net.output_drive(h), label], theta_o, [cfg.bins_output, 2])
             loss_o = -(atoms_o @ g_out).sum()
             opt_o.zero_grad()
             loss_o.backward()
             opt_o.step()
         if epoch_atoms:
             history.append(torch.stack(epoch_atoms).mean(0).numpy())
-    proba = predict_proba(net, Xte, cfg.test_passes)
+    proba = predict_proba(net, Xte, cfg.test_passes)                     # [B, G*R, K]
+    accuracy = (proba.argmax(-1) == yte[:, None]).mean(0).reshape(G, R)
     labels = atom_labels(net.hidden_sources) + ("H_res",) if net.hidden_sources else ()
-    return {"accuracy": float((proba.argmax(1) == yte).mean()),
-            "atoms": np.array(history), "atom_labels": labels}
+    return {"accuracy": accuracy, "atoms": np.array(history), "atom_labels": labels}
+
+
+def run_experiment(cfg: TrainConfig, seed: int, data=None) -> dict:
+    """One network (:func:`run_models` with one goal, one replicate): test accuracy and atom history."""
+    r = run_models(cfg, seed, data=data)
+    atoms = r["atoms"][:, 0, 0] if len(r["atoms"]) else r["atoms"]
+    return {"accuracy": float(r["accuracy"][0, 0]), "atoms": atoms, "atom_labels": r["atom_labels"]}
 
 
 def backprop_accuracy(n_hidden: int, seed: int, data=None, max_iter: int = 400) -> float:
@@ -243,3 +324,15 @@ def backprop_accuracy(n_hidden: int, seed: int, data=None, max_iter: int = 400) 
 def with_(cfg: TrainConfig, **kw) -> TrainConfig:
     """A copy of ``cfg`` with some fields changed."""
     return replace(cfg, **kw)
+
+
+def paired_interval(diff, level: float = 0.95) -> tuple:
+    r"""Mean and two-sided ``level`` t-interval $(\bar d, lo, hi)$ of paired differences ``diff``."""
+    from scipy import stats
+    d = np.asarray(diff, dtype=float).ravel()
+    if d.size < 2:
+        raise ValueError(f"diff needs at least two paired differences, got {d.size}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
+    half = stats.t.ppf((1 + level) / 2, d.size - 1) * d.std(ddof=1) / np.sqrt(d.size)
+    return float(d.mean()), float(d.mean() - half), float(d.mean() + half)

@@ -77,10 +77,30 @@ def _validate_joint(P: torch.Tensor, n_sources: int) -> None:
         raise ValueError(f"P must sum to one over its last {n_sources + 1} axes, got sums {sums.flatten()[:3].tolist()}")
 
 
-def isx_redundancies(P, n_sources: int = 3, validate: bool = True) -> torch.Tensor:
+@lru_cache(maxsize=None)
+def _inclusion_exclusion(n_sources: int) -> tuple:
+    r"""The non-empty source sets $A$ and the integer matrix $C$ with $P(\mathfrak a)=\sum_A C_{\alpha A}P(S_A=s_A)$.
+
+    Row $\alpha$ holds the inclusion-exclusion signs $(-1)^{|\beta|-1}$ of the sub-collections
+    $\beta\subseteq\alpha$, summed by the union $A=\cup\beta$ they select.
+    """
+    n = _check_n(n_sources)
+    subsets = [frozenset(c) for k in range(1, n + 1) for c in itertools.combinations(range(n), k)]
+    C = np.zeros((len(antichains(n)), len(subsets)))
+    for i, node in enumerate(antichains(n)):
+        for k in range(1, len(node) + 1):
+            for sub in itertools.combinations(node, k):
+                C[i, subsets.index(frozenset().union(*sub))] += (-1.0) ** (k - 1)
+    return tuple(subsets), C
+
+
+def isx_redundancies(P, n_sources: int = 3, validate: bool = True, source_grad: bool = True) -> torch.Tensor:
     r"""$I^{sx}_\cap(T:\alpha)$ for every lattice node $\alpha$ (last axis), in bits.
 
-    Union probabilities come from inclusion-exclusion over marginals; cells with $p(s,t)=0$ contribute 0.
+    Union probabilities come from inclusion-exclusion over marginals, for all nodes at once (one
+    matrix product with :func:`_inclusion_exclusion`'s signs); cells with $p(s,t)=0$ contribute 0.
+    ``source_grad=False`` treats the source marginal $p(s)$ as a constant in autograd, which is exact
+    when it does not depend on the parameters (as in :func:`~.network.soft_joint`) and saves time.
     """
     n = _check_n(n_sources)
     P = torch.as_tensor(P)
@@ -91,38 +111,37 @@ def isx_redundancies(P, n_sources: int = 3, validate: bool = True) -> torch.Tens
     lead = P.ndim - n - 1
     src_axes = list(range(lead, lead + n))
     t_axis = P.ndim - 1
-    p_t = P.sum(dim=src_axes, keepdim=True)
-    marg_st, marg_s = {}, {}
-    for k in range(1, n + 1):
-        for A in itertools.combinations(range(n), k):
-            drop = [lead + i for i in range(n) if i not in A]
-            m = P.sum(dim=drop, keepdim=True) if drop else P
-            marg_st[frozenset(A)] = m
-            marg_s[frozenset(A)] = m.sum(dim=t_axis, keepdim=True)
-    positive = P > 0
-    out = []
-    for node in antichains(n):
-        pu_t = torch.zeros_like(P)
-        pu = torch.zeros_like(p_t.expand_as(P))
-        for k in range(1, len(node) + 1):
-            for sub in itertools.combinations(node, k):
-                A = frozenset().union(*sub)
-                sign = (-1.0) ** (k - 1)
-                pu_t = pu_t + sign * marg_st[A]
-                pu = pu + sign * marg_s[A]
-        ratio = torch.where(positive, pu_t / torch.where(positive, pu * p_t, torch.ones_like(P)),
-                            torch.ones_like(P))
-        ratio = torch.where(ratio > 1e-12, ratio, torch.ones_like(ratio))
-        out.append((P * torch.log2(ratio)).sum(dim=src_axes + [t_axis]))
-    return torch.stack(out, dim=-1)
+    subsets, C = _inclusion_exclusion(n)
+    # I_sx(alpha) = sum_{s,t} p(s,t) log p(a(s), t) - sum_s p(s) log p(a(s)) - sum_t p(t) log p(t):
+    # union probabilities are >= the cell's own probability, so they are positive wherever p > 0
+    # (the floor only guards cells of zero probability, whose weight is zero)
+    tiny = torch.finfo(P.dtype).tiny
+    p_t = P.sum(dim=src_axes)
+    p_s = P.sum(dim=t_axis)
+    # the marginal P(S_A = s_A, T = t) of every source set A, broadcast back to the full cell grid
+    m_st = torch.stack([(P.sum(dim=[lead + i for i in range(n) if i not in A], keepdim=True)
+                         if len(A) < n else P).expand_as(P) for A in subsets])
+    m_s = m_st.sum(dim=t_axis + 1)
+    if not source_grad:
+        p_s, m_s = p_s.detach(), m_s.detach()
+    Ct = torch.as_tensor(C, dtype=P.dtype)
+    pu_t = (Ct @ m_st.reshape(len(subsets), -1)).reshape(len(C), *m_st.shape[1:])
+    pu = (Ct @ m_s.reshape(len(subsets), -1)).reshape(len(C), *m_s.shape[1:])
+    grid = [a + 1 for a in src_axes]
+    term_st = (P * torch.log2(pu_t.clamp_min(tiny))).sum(dim=grid + [t_axis + 1])
+    term_s = (p_s * torch.log2(pu.clamp_min(tiny))).sum(dim=grid)
+    h_t = -(p_t * torch.log2(p_t.clamp_min(tiny))).sum(dim=-1)
+    return (term_st - term_s + h_t).movedim(0, -1)
 
 
-def pid_from_joint(P, n_sources: int | None = None, validate: bool = True) -> dict | torch.Tensor:
+def pid_from_joint(P, n_sources: int | None = None, validate: bool = True,
+                   source_grad: bool = True) -> dict | torch.Tensor:
     r"""The $I^{sx}$ PID atoms of the target (last axis) with respect to 2 or 3 sources.
 
     For a single distribution (numpy array or tensor with exactly ``n_sources + 1`` axes) returns a
     dict ``{label: bits}`` including ``'H_res'`` $=H(T)-I(T;S)$. With leading batch axes, returns a
-    tensor ``[..., n_atoms + 1]`` (atoms in :func:`atom_labels` order, then H_res), differentiable.
+    tensor ``[..., n_atoms + 1]`` (atoms in :func:`atom_labels` order, then H_res), differentiable
+    (``source_grad`` as in :func:`isx_redundancies`).
     """
     as_dict = n_sources is None
     P_t = torch.as_tensor(np.asarray(P, dtype=float) if not isinstance(P, torch.Tensor) else P)
@@ -131,7 +150,7 @@ def pid_from_joint(P, n_sources: int | None = None, validate: bool = True) -> di
     if n_sources is None:
         n_sources = P_t.ndim - 1
     n = _check_n(n_sources)
-    red = isx_redundancies(P_t, n, validate=validate)
+    red = isx_redundancies(P_t, n, validate=validate, source_grad=source_grad)
     M = torch.as_tensor(mobius_matrix(n), dtype=red.dtype)
     atoms = red @ M.T
     lead = P_t.ndim - n - 1
