@@ -171,6 +171,18 @@ def test_part_hit_rate_on_hand_made_maps():
     np.testing.assert_allclose(lp.part_hit_rate(zs, masks, labels), [1.0, 0.5])
 
 
+def test_part_iou_on_hand_made_maps():
+    zs = torch.zeros(1, 2, 2, 4, 4)
+    masks = torch.zeros(1, 2, 4, 4)
+    masks[0, 0, :2, :2] = 1
+    masks[0, 1, 2:, :] = 1
+    zs[0, 0, 1, :2, :] = 0.9          # predicted head: the top two rows (4 of 8 cells are the head)
+    zs[0, 1, 1, 2:, :] = 0.4          # body map below the threshold everywhere
+    np.testing.assert_allclose(lp.part_iou(zs, masks, torch.tensor([1])), [0.5, 0.0])
+    with pytest.raises(ValueError, match="masks must have shape"):
+        lp.part_iou(zs, torch.zeros(1, 3, 4, 4), torch.tensor([1]))
+
+
 def test_nearest_palette_colour():
     assert lp.nearest_palette_colour([[1, 0, 0], [0, 1, 0], [0.3, 0.3, 0.9]], ("red", "green", "blue")) == [
         "red", "green", "blue"]

@@ -18,7 +18,7 @@ from .birds import (BODY_GREY, HEAD_LUMINANCE, LUMA_WEIGHTS, PALETTE, PART_NAMES
 from .model import (GREY_MEAN, GREY_STD, BlackBoxCNN, ColorNet, LucidOutput, LucidPPN, ShapeTexNet, backbone,
                     fuse, lucid_losses, resize_masks)
 from .training import (blackbox_predict, check_birds, colour_prototypes, experiment_data, fit_blackbox, fit_lucidppn,
-                       lucid_predict, lucidppn_from_state, nearest_palette_colour, part_hit_rate, run_experiment, top_patches)
+                       lucid_predict, lucidppn_from_state, nearest_palette_colour, part_hit_rate, part_iou, run_experiment, top_patches)
 
 __all__ = [
     "BODY_GREY", "HEAD_LUMINANCE", "LUMA_WEIGHTS", "PALETTE", "PART_NAMES", "SHAPES", "BirdGeometry", "BirdSet",
@@ -27,5 +27,5 @@ __all__ = [
     "GREY_MEAN", "GREY_STD", "BlackBoxCNN", "ColorNet", "LucidOutput", "LucidPPN", "ShapeTexNet", "backbone",
     "fuse", "lucid_losses", "resize_masks",
     "blackbox_predict", "check_birds", "colour_prototypes", "experiment_data", "lucidppn_from_state", "fit_blackbox", "fit_lucidppn", "lucid_predict",
-    "nearest_palette_colour", "part_hit_rate", "run_experiment", "top_patches",
+    "nearest_palette_colour", "part_hit_rate", "part_iou", "run_experiment", "top_patches",
 ]

@@ -16,7 +16,7 @@ from .birds import check_images
 from .model import BlackBoxCNN, LucidOutput, LucidPPN, lucid_losses, resize_masks
 
 __all__ = [
-    "check_birds", "fit_lucidppn", "fit_blackbox", "lucid_predict", "blackbox_predict", "part_hit_rate",
+    "check_birds", "fit_lucidppn", "fit_blackbox", "lucid_predict", "blackbox_predict", "part_hit_rate", "part_iou",
     "colour_prototypes", "nearest_palette_colour", "top_patches", "experiment_data", "lucidppn_from_state",
     "run_experiment",
 ]
@@ -128,6 +128,21 @@ def part_hit_rate(shape_maps, masks, labels, min_coverage: float = 0.25) -> np.n
     peak = true_maps.argmax(-1)                                      # (N, K)
     hit = coverage.flatten(2).gather(2, peak.unsqueeze(-1)).squeeze(-1) >= min_coverage
     return hit.float().mean(0).numpy()
+
+
+def part_iou(shape_maps, masks, labels, threshold: float = 0.5) -> np.ndarray:
+    r"""The official code's alignment score: IoU of $z^S_{k,y} > $ ``threshold`` with part k's resized mask (> 1/2), per part."""
+    zs = torch.as_tensor(shape_maps)
+    masks = torch.as_tensor(masks, dtype=torch.float32)
+    labels = torch.as_tensor(labels, dtype=torch.long)
+    if zs.ndim != 5 or masks.ndim != 4 or masks.shape[:2] != zs.shape[:2]:
+        raise ValueError(f"masks must have shape ({zs.shape[0]}, {zs.shape[1]}, H, W) to match shape_maps, got "
+                         f"{tuple(masks.shape)}")
+    pred = zs[torch.arange(zs.shape[0]), :, labels] > threshold
+    true = resize_masks(masks, tuple(zs.shape[-2:])) > 0.5
+    inter = (pred & true).sum((-2, -1)).float()
+    union = (pred | true).sum((-2, -1)).float().clamp(min=1)
+    return (inter / union).mean(0).numpy()
 
 
 @torch.no_grad()
