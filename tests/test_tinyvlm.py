@@ -145,6 +145,53 @@ def test_greedy_captions_shapes(model, batch):
         tv.greedy_captions(model, sketches=sk[:, :5])
 
 
+
+def test_greedy_cache_matches_full_recompute_under_every_intervention(model, batch):
+    """The key-value cache is an implementation detail: captions are identical with and without it,
+    plain and under each intervention (attention edits see absolute query positions either way)."""
+    split = batch[0]
+    images = np.concatenate([split.images] * 3)
+
+    def wipe_image(h):
+        h = h.clone()
+        h[:, tv.IMAGE_SLICE] *= 0.5
+        return h
+
+    contexts = [None, lambda: tv.reweight_text(model, [(0, 1), (2, 3)], 0.0),
+                lambda: tv.reweight_image(model, [(1, 0)], 3.0),
+                lambda: tv.adaptive_deactivation(model, [(0, 1), (3, 2)], 0.2),
+                lambda: tv.head_mask(model, [(0, 1), (2, 3)]), lambda: tv.residual_edit(model, -1, wipe_image),
+                lambda: tv.residual_edit(model, 1, wipe_image)]
+    for ctx in contexts:
+        caps = []
+        for use_cache in (False, True):
+            if ctx is None:
+                caps.append(tv.greedy_captions(model, images, use_cache=use_cache))
+            else:
+                with ctx():
+                    caps.append(tv.greedy_captions(model, images, use_cache=use_cache))
+        assert caps[0] == caps[1]
+    sk = np.array([tv.sketch_tokens(s) for s in split.scenes])
+    assert tv.greedy_captions(model, sketches=sk, use_cache=False) == tv.greedy_captions(model, sketches=sk)
+
+
+def test_record_residual_lengths_and_cleanup(model, batch):
+    _, ids, _, patches = batch
+
+    def n_hooks():
+        return sum(len(l._forward_hooks) + len(l._forward_pre_hooks) for l in model.layers)
+
+    model(ids, patches=patches, output_hidden_states=True)  # Hugging Face installs its own capture hooks once
+    before = n_hooks()
+    with tv.record_residual(model) as rec:
+        out = model(ids, patches=patches, output_hidden_states=True)
+    assert len(rec) == model.n_layers + 1
+    for l in range(model.n_layers):
+        torch.testing.assert_close(rec[l], out.hidden_states[l])
+    torch.testing.assert_close(rec[0][:, tv.IMAGE_SLICE], model.image_tokens(patches))
+    assert n_hooks() == before
+
+
 # -- hooks --------------------------------------------------------------------------------------
 def test_record_attention_rows_sum_to_one_and_cleanup(model, batch):
     _, ids, _, patches = batch
@@ -309,3 +356,28 @@ def test_train_bad_input():
         tv.TrainConfig(batch_size=0)
     with pytest.raises(ValueError, match="divisible"):
         tv.tiny_llama_config(hidden_size=30, n_head=8)
+
+
+# -- replicates ---------------------------------------------------------------------------------
+def test_replicate_bounds():
+    from scipy import stats
+    v = [0.2, 0.3, 0.4]
+    assert tv.replicate_mean(v) == pytest.approx(0.3)
+    half = stats.t.ppf(0.95, 2) * 0.1 / np.sqrt(3)
+    assert tv.replicate_lower(v) == pytest.approx(0.3 - half)
+    assert tv.replicate_upper(v) == pytest.approx(0.3 + half)
+    assert tv.replicate_lower([0.5]) == -np.inf and tv.replicate_upper([0.5]) == np.inf
+    assert tv.replicate_lower([0.5, 0.5, 0.5]) == pytest.approx(0.5)
+    # Wilson: all 9 of 9 gives about 0.77; 8 of 9 stays below 2/3
+    assert tv.proportion_lower(9, 9) == pytest.approx(0.769, abs=2e-3)
+    assert tv.proportion_lower(8, 9) < 2 / 3 < tv.proportion_lower(9, 9)
+    assert tv.proportion_lower(0, 5) == pytest.approx(0.0, abs=1e-12)
+    assert tv.format_replicates([1, 2], ".1f") == "1.0 / 2.0 (mean 1.5)"
+    with pytest.raises(ValueError, match="values must hold"):
+        tv.replicate_mean([])
+    with pytest.raises(ValueError, match="level"):
+        tv.replicate_lower(v, level=1.5)
+    with pytest.raises(ValueError, match="successes"):
+        tv.proportion_lower(4, 3)
+    with pytest.raises(ValueError, match="trials must be"):
+        tv.proportion_lower(1, -1)

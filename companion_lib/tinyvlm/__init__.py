@@ -6,15 +6,18 @@ hallucination heads (16) and on the logit lens of image tokens (17).
 * :mod:`.model` -- :class:`TinyVLM` (patch encoder, projector, a tiny ``LlamaForCausalLM`` fed with
   ``inputs_embeds``) and :func:`greedy_captions`.
 * :mod:`.hooks` -- head masks, module ablation, attention re-weighting and AD-HH, residual edits and
-  attention recording, as context managers that always clean up.
+  recording of attention maps and of the residual stream, as context managers that always clean up.
+* :mod:`.replicates` -- deciding a claim from several trained worlds (the mean over seeds for a claim
+  declared to hold; a confidence bound for one declared not to reproduce).
 * :mod:`.train` -- LLaVA's three stages (text pre-training, alignment with the LM frozen, tuning),
   deterministic and cached: :func:`trained_world`, :func:`build_model`.
 """
 
 from .hooks import (adaptive_deactivation, attention_edit, check_heads, head_mask, module_ablation,
-                    record_attention, residual_edit, reweight_image, reweight_text)
+                    record_attention, record_residual, residual_edit, reweight_image, reweight_text)
 from .model import (ATTN_IMPLEMENTATION, IMAGE_SLICE, TEXT_START, TinyVLM, as_patches, caption_batch,
                     greedy_captions, tiny_llama_config)
+from .replicates import format_replicates, proportion_lower, replicate_lower, replicate_mean, replicate_upper
 from .train import TrainConfig, World, build_model, caption_loss, train_world, trained_world
 from .world import (CANONICAL_ORDER, N_PATCHES, OBJECTS, PAIRS, PARTNERS, TOKEN_ID, TRIGGERS, VOCAB, Scene,
                     Split, WorldConfig, chair, decode_caption, encode_caption, make_split, patchify, render,
@@ -25,6 +28,7 @@ __all__ = [
     "Scene", "Split", "TEXT_START", "TOKEN_ID", "TRIGGERS", "TinyVLM", "TrainConfig", "VOCAB", "World",
     "WorldConfig", "adaptive_deactivation", "as_patches", "attention_edit", "build_model", "caption_batch",
     "caption_loss", "chair", "check_heads", "decode_caption", "encode_caption", "greedy_captions",
-    "head_mask", "make_split", "module_ablation", "patchify", "record_attention", "render",
+    "head_mask", "make_split", "module_ablation", "patchify", "record_attention", "record_residual", "render",
     "residual_edit", "reweight_image", "reweight_text", "sketch_tokens", "train_world", "trained_world",
+    "format_replicates", "proportion_lower", "replicate_lower", "replicate_mean", "replicate_upper",
 ]

@@ -8,7 +8,9 @@ always clean up.
   :func:`reweight_text`, :func:`reweight_image` and :func:`adaptive_deactivation`);
 * :func:`residual_edit` -- edit the residual stream at the input of block 0 (``layer=-1``) or the
   output of block ``layer``;
-* :func:`record_attention` -- collect every layer's attention weights.
+* :func:`record_attention` -- collect every layer's attention weights;
+* :func:`record_residual` -- collect the residual stream (the input of block 0 and every block's output),
+  what the logit lens of chapter 17 reads and what chapter 16's exercises probe.
 
 All of them work through public hooks of :mod:`torch.nn` and the model's registered attention function
 (:data:`~companion_lib.tinyvlm.model.ATTN_IMPLEMENTATION`), so the same code runs on a real LLaVA whose
@@ -26,7 +28,7 @@ from .model import TEXT_START, IMAGE_SLICE
 
 __all__ = [
     "check_heads", "head_mask", "module_ablation", "attention_edit", "reweight_text", "reweight_image",
-    "adaptive_deactivation", "residual_edit", "record_attention",
+    "adaptive_deactivation", "residual_edit", "record_attention", "record_residual",
 ]
 
 
@@ -69,13 +71,9 @@ def _check_alpha(alpha: float, lo: int = 0, hi: int = 1) -> float:
 @contextmanager
 def head_mask(model, heads: Iterable, scale: float = 0.0):
     r"""Multiply the outputs :math:`z^{(l,h)}` of the chosen heads by ``scale`` (0: zero-ablation)."""
-    heads = check_heads(model, heads)
     layers = _layers(model)
-    by_layer: dict = {}
-    for l, h in heads:
-        by_layer.setdefault(l, []).append(h)
     handles = []
-    for l, hs in by_layer.items():
+    for l, hs in _head_index(check_heads(model, heads)).items():
         attn = layers[l].self_attn
         dh = attn.head_dim
 
@@ -140,11 +138,10 @@ def _head_index(heads: list) -> dict:
     return by_layer
 
 
-@contextmanager
-def reweight_text(model, heads: Iterable, alpha: float, text_start: int = TEXT_START):
-    r"""Fig. 6a: :math:`A_{q,j}\leftarrow\alpha A_{q,j}` for post-image text keys :math:`j\ge s+n_v` in the
-    chosen heads, for every query row from ``text_start`` on; no renormalisation. ``alpha`` in [0, 1]."""
-    alpha = _check_alpha(alpha)
+def _head_attention_edit(model, heads: Iterable, fn: Callable):
+    """The shared prologue of the head-level attention edits: validate ``heads``, group them by layer,
+    and return an :func:`attention_edit` context that applies ``fn(A_sub) -> A_sub`` to the attention
+    weights ``A[:, heads_of_layer]`` of the chosen heads only (a copy of ``A``; other heads untouched)."""
     by_layer = _head_index(check_heads(model, heads))
 
     def edit(A, layer_idx):
@@ -152,10 +149,23 @@ def reweight_text(model, heads: Iterable, alpha: float, text_start: int = TEXT_S
         if not hs:
             return A
         A = A.clone()
-        A[:, hs, text_start:, text_start:] *= alpha
+        A[:, hs] = fn(A[:, hs])
         return A
 
-    with attention_edit(model, edit):
+    return attention_edit(model, edit)
+
+
+@contextmanager
+def reweight_text(model, heads: Iterable, alpha: float, text_start: int = TEXT_START):
+    r"""Fig. 6a: :math:`A_{q,j}\leftarrow\alpha A_{q,j}` for post-image text keys :math:`j\ge s+n_v` in the
+    chosen heads, for every query row from ``text_start`` on; no renormalisation. ``alpha`` in [0, 1]."""
+    alpha = _check_alpha(alpha)
+
+    def fn(A):
+        A[:, :, text_start:, text_start:] *= alpha
+        return A
+
+    with _head_attention_edit(model, heads, fn):
         yield
 
 
@@ -166,17 +176,12 @@ def reweight_image(model, heads: Iterable, alpha: float, image_slice: slice = IM
     alpha = float(alpha)
     if alpha < 1.0:
         raise ValueError(f"alpha must be >= 1 for image up-scaling, got {alpha}")
-    by_layer = _head_index(check_heads(model, heads))
 
-    def edit(A, layer_idx):
-        hs = by_layer.get(layer_idx)
-        if not hs:
-            return A
-        A = A.clone()
-        A[:, hs, text_start:, image_slice] *= alpha
+    def fn(A):
+        A[:, :, text_start:, image_slice] *= alpha
         return A
 
-    with attention_edit(model, edit):
+    with _head_attention_edit(model, heads, fn):
         yield
 
 
@@ -188,19 +193,14 @@ def adaptive_deactivation(model, heads: Iterable, tau: float, text_start: int = 
     tau = float(tau)
     if not 0.0 <= tau <= 1.0:
         raise ValueError(f"tau must lie in [0, 1], got {tau}")
-    by_layer = _head_index(check_heads(model, heads))
 
-    def edit(A, layer_idx):
-        hs = by_layer.get(layer_idx)
-        if not hs:
-            return A
-        A = A.clone()
-        block = A[:, hs, text_start:, text_start:]
+    def fn(A):
+        block = A[:, :, text_start:, text_start:]
         mass = block.sum(-1, keepdim=True)
-        A[:, hs, text_start:, text_start:] = block * (mass < tau).to(A.dtype)
+        A[:, :, text_start:, text_start:] = block * (mass < tau).to(A.dtype)
         return A
 
-    with attention_edit(model, edit):
+    with _head_attention_edit(model, heads, fn):
         yield
 
 
@@ -249,3 +249,26 @@ def record_attention(model):
         for m in mods:
             if hasattr(m, "_tinyvlm_record"):
                 del m._tinyvlm_record
+
+
+@contextmanager
+def record_residual(model):
+    """Record the residual stream: yields a list that receives the input of block 0 and the output of
+    every block (``L + 1`` tensors ``(batch, seq, d)`` per forward pass)."""
+    store: list = []
+    layers = _layers(model)
+
+    def pre(module, args, kwargs):
+        h = args[0] if args else kwargs["hidden_states"]
+        store.append(h.detach())
+
+    def post(module, args, output):
+        store.append((output[0] if isinstance(output, tuple) else output).detach())
+
+    handles = [layers[0].register_forward_pre_hook(pre, with_kwargs=True)]
+    handles += [layer.register_forward_hook(post) for layer in layers]
+    try:
+        yield store
+    finally:
+        for h in handles:
+            h.remove()

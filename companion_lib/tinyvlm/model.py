@@ -42,7 +42,9 @@ def _tinyvlm_attention(module, query, key, value, attention_mask, scaling, dropo
     """Eager causal attention whose post-softmax weights pass through the module's edits.
 
     ``module._tinyvlm_edits`` is a list of callables ``edit(A, layer_idx) -> A`` on the weights
-    ``A`` of shape ``(batch, heads, queries, keys)``; ``module._tinyvlm_record`` a list that receives ``A``.
+    ``A`` of shape ``(batch, heads, queries, keys)``, whose rows are absolute query positions (with a
+    key-value cache the new rows are placed in a full ``keys x keys`` map for the edits, so an edit never
+    needs to know whether a cache is used); ``module._tinyvlm_record`` a list that receives ``A``.
     The mask is rebuilt as a plain causal mask (this model never pads on the left).
     """
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling
@@ -50,8 +52,18 @@ def _tinyvlm_attention(module, query, key, value, attention_mask, scaling, dropo
     causal = torch.ones(q_len, k_len, dtype=torch.bool, device=scores.device).tril(k_len - q_len)
     scores = scores.masked_fill(~causal, float("-inf"))
     weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
-    for edit in getattr(module, "_tinyvlm_edits", ()):
-        weights = edit(weights, module.layer_idx)
+    edits = getattr(module, "_tinyvlm_edits", ())
+    if edits and k_len > q_len:
+        # decoding with a key-value cache: the rows are the last q_len query positions; the edits index
+        # absolute positions, so they see the rows in place in a full (keys x keys) map
+        full = weights.new_zeros(weights.shape[:2] + (k_len, k_len))
+        full[:, :, k_len - q_len:] = weights
+        for edit in edits:
+            full = edit(full, module.layer_idx)
+        weights = full[:, :, k_len - q_len:]
+    else:
+        for edit in edits:
+            weights = edit(weights, module.layer_idx)
     record = getattr(module, "_tinyvlm_record", None)
     if record is not None:
         record.append(weights)
@@ -159,11 +171,14 @@ def caption_batch(captions: list) -> tuple[torch.Tensor, torch.Tensor]:
 
 @torch.no_grad()
 def greedy_captions(model: TinyVLM, images=None, sketches=None, max_new_tokens: int = 10,
-                    batch_size: int = 1024) -> list:
+                    batch_size: int = 1024, use_cache: bool = True) -> list:
     """Greedy captions (lists of object words) of images ``(n, 20, 20, 3)`` or text sketches ``(n, 16)``.
 
-    No key-value cache: each step re-runs the full (short) sequence, which makes every intervention
-    of :mod:`~companion_lib.tinyvlm.hooks` apply exactly as it would with a cache.
+    With ``use_cache`` (the default) the prompt is run once and each step feeds only the new token,
+    reusing the keys and values of earlier positions (Hugging Face's cache); the attention edits and
+    residual edits of :mod:`~companion_lib.tinyvlm.hooks` see absolute positions either way, so every
+    intervention applies exactly as without a cache (``use_cache=False`` re-runs the full sequence at
+    each step; a test checks that both give the same captions).
     """
     if (images is None) == (sketches is None):
         raise ValueError("pass exactly one of images or sketches")
@@ -175,18 +190,27 @@ def greedy_captions(model: TinyVLM, images=None, sketches=None, max_new_tokens: 
         if source.ndim != 2 or source.shape[1] != N_PATCHES:
             raise ValueError(f"sketches must have shape (n, {N_PATCHES}), got {tuple(source.shape)}")
     out = []
-    stop = {TOKEN_ID["."], TOKEN_ID["<eos>"]}
+    stop = torch.tensor(sorted({TOKEN_ID["."], TOKEN_ID["<eos>"]}))
+    emb = model.lm.get_input_embeddings()
     for start in range(0, source.shape[0], batch_size):
         src = source[start:start + batch_size]
+        kw = {"patches": src} if images is not None else {"sketch_ids": src}
         ids = torch.full((src.shape[0], 1), TOKEN_ID["describe"], dtype=torch.long)
         done = torch.zeros(src.shape[0], dtype=torch.bool)
+        past = None
         for _ in range(max_new_tokens):
-            kw = {"patches": src} if images is not None else {"sketch_ids": src}
-            logits = model(ids, **kw).logits[:, -1]
+            if not use_cache:
+                logits = model(ids, **kw).logits[:, -1]
+            elif past is None:
+                res = model.lm(inputs_embeds=model.embed(ids, **kw), use_cache=True, logits_to_keep=1)
+                logits, past = res.logits[:, -1], res.cache
+            else:
+                res = model.lm(inputs_embeds=emb(ids[:, -1:]), cache=past, use_cache=True, logits_to_keep=1)
+                logits, past = res.logits[:, -1], res.cache
             nxt = logits.argmax(-1)
             nxt = torch.where(done, torch.full_like(nxt, TOKEN_ID["<pad>"]), nxt)
             ids = torch.cat([ids, nxt[:, None]], dim=1)
-            done |= torch.isin(nxt, torch.tensor(sorted(stop)))
+            done |= torch.isin(nxt, stop)
             if bool(done.all()):
                 break
         out.extend(decode_caption(row[1:].tolist()) for row in ids)

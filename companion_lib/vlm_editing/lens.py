@@ -14,13 +14,11 @@ with the model's final norm (``use_final_norm=False`` drops it, as the paper's c
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import numpy as np
 import torch
 
 from ..common.validation import check_int
-from ..tinyvlm import IMAGE_SLICE, OBJECTS, TOKEN_ID, N_PATCHES, as_patches
+from ..tinyvlm import IMAGE_SLICE, OBJECTS, TOKEN_ID, N_PATCHES, as_patches, record_residual
 
 __all__ = [
     "object_token", "record_residual", "image_hidden_states", "lens_probs", "lens_confidence",
@@ -36,33 +34,6 @@ def object_token(word: str) -> int:
     if word not in OBJECTS:
         raise ValueError(f"word {word!r} is not an object in the vocabulary; the objects are {', '.join(OBJECTS)}")
     return TOKEN_ID[word]
-
-
-def _layers(model):
-    return model.lm.model.layers
-
-
-@contextmanager
-def record_residual(model):
-    """Record the residual stream: yields a list that receives the input of block 0 and the output of
-    every block (``L + 1`` tensors ``(batch, seq, d)`` per forward pass)."""
-    store: list = []
-    layers = _layers(model)
-
-    def pre(module, args, kwargs):
-        h = args[0] if args else kwargs["hidden_states"]
-        store.append(h.detach())
-
-    def post(module, args, output):
-        store.append((output[0] if isinstance(output, tuple) else output).detach())
-
-    handles = [layers[0].register_forward_pre_hook(pre, with_kwargs=True)]
-    handles += [layer.register_forward_hook(post) for layer in layers]
-    try:
-        yield store
-    finally:
-        for h in handles:
-            h.remove()
 
 
 @torch.no_grad()

@@ -21,8 +21,8 @@ import numpy as np
 import torch
 
 from ..common.validation import check_int
-from ..tinyvlm import IMAGE_SLICE, OBJECTS, TOKEN_ID, chair, greedy_captions, residual_edit
-from .lens import object_token, record_residual
+from ..tinyvlm import IMAGE_SLICE, OBJECTS, TOKEN_ID, chair, greedy_captions, record_residual, residual_edit
+from .lens import object_token
 
 __all__ = ["text_embedding", "project_away", "project_away_edit", "remove_objects", "targeted_removal",
            "select_low_confidence", "select_oracle", "reduction_run"]
