@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from companion_lib.algoperf import (
-    BASE_WORKLOADS, HELD_OUT_WORKLOADS, MAX_RUNTIME_SECONDS, PUBLISHED_SCORES, SUBMISSIONS, WORKLOADS,
+    BASE_WORKLOADS, HELD_OUT_WORKLOADS, MAX_RUNTIME_SECONDS, PUBLISHED_SCORES, STUDY_STRIDE, SUBMISSIONS, WORKLOADS,
     SimpleShampoo, Submission, apply_held_out_rules, benchmark_score, budget_steps, get_submission,
     inverse_root, load_time_to_targets, make_workload, median_times, performance_profile,
     performance_ratios, profile_taus, run_competition, run_study, run_trial, set_target,
-    speedup_vs_baseline, study_time_to_target, time_to_target, warmup_cosine,
+    speedup_vs_baseline, study_ids, study_time_to_target, time_to_target, warmup_cosine,
 )
 
 INF = np.inf
@@ -306,3 +306,33 @@ def test_set_target_and_competition_tiny():
 def test_max_runtime_table_matches_base_workloads():
     assert set(MAX_RUNTIME_SECONDS) == set(BASE_WORKLOADS)
     assert isinstance(SUBMISSIONS["nadamw"], Submission)
+
+
+def test_run_trial_horizon_is_the_external_budget_by_default():
+    # AlgoPerf tells a submission the budget (workload.step_hint); target setting schedules over 3/4 of it
+    wl = make_workload("digits_mlp", step_hint=30, eval_every=10)
+    seen = []
+    base = SUBMISSIONS["nadamw"]
+
+    def init(params, hp, horizon):
+        seen.append(horizon)
+        return base.init_optimizer(params, hp, horizon)
+
+    spy = dataclasses.replace(base, init_optimizer=init)
+    run_trial(wl, spy, spy.self_tuning, seed=0, max_steps=10, stop_at_target=False)
+    run_trial(wl, spy, spy.self_tuning, seed=0, max_steps=10, stop_at_target=False, horizon=30)
+    set_target(wl, [(spy, spy.search_space[0])], seeds=(0,))
+    assert seen == [budget_steps(wl), 30, 30, 30]
+    with pytest.raises(ValueError, match="horizon"):
+        run_trial(wl, spy, spy.self_tuning, seed=0, max_steps=10, horizon=0)
+
+
+def test_study_ids_spawn_distinct_studies_per_seed():
+    assert study_ids([0, 1, 2]) == [0, 1, 2]
+    ids = study_ids([0, 1, 2], studies_per_seed=2)
+    assert ids == [0, STUDY_STRIDE, 1, 1 + STUDY_STRIDE, 2, 2 + STUDY_STRIDE]
+    assert len(set(study_ids([11, 12, 13], 3))) == 9
+    with pytest.raises(ValueError, match="studies_per_seed"):
+        study_ids([0], studies_per_seed=0)
+    with pytest.raises(ValueError, match="distinct"):
+        study_ids([1, 1])

@@ -8,6 +8,10 @@ The AlgoPerf protocol (Kasimbeg et al., ICLR 2025) in miniature:
   validation metric;
 * the **budget** is :math:`\lceil \tfrac43\,\text{step\_hint}\rceil` steps for external tuning and 3x
   that for self-tuning (v0.5 rules);
+* a submission is told the external budget as its **horizon** (AlgoPerf's ``workload.step_hint``;
+  the official target-setting runs schedule over ``0.75 * workload.step_hint``, which is this
+  module's ``step_hint``), so a baseline's schedule ends at the budget, not at the target-setting
+  horizon;
 * a **trial** trains one configuration and evaluates every ``eval_every`` steps; its time to target
   is the step count (and the CPU seconds spent in training, evaluations excluded) of the first
   evaluation that reaches the target;
@@ -39,7 +43,7 @@ from .submissions import Submission
 
 __all__ = [
     "WORKLOADS", "TrialResult", "Workload", "budget_steps", "make_workload", "median_times",
-    "run_competition", "run_mini_competition",
+    "STUDY_STRIDE", "run_competition", "run_mini_competition", "study_ids",
     "run_study", "run_trial", "set_target",
 ]
 
@@ -161,19 +165,25 @@ class TrialResult:
 
 
 def run_trial(workload: Workload, submission: Submission, hparams: dict, seed: int,
-              max_steps: int | None = None, stop_at_target: bool = True) -> TrialResult:
+              max_steps: int | None = None, stop_at_target: bool = True,
+              horizon: int | None = None) -> TrialResult:
     """Train one configuration; evaluate every ``workload.eval_every`` steps (untimed).
 
     Time is counted in steps and in CPU seconds of the training steps only. With
     ``stop_at_target`` the run ends at the first evaluation that reaches ``workload.target``.
+    ``horizon`` is the step count the submission is told to plan for (its schedule's end); by
+    default the external budget, as AlgoPerf's ``workload.step_hint``.
     """
     if not isinstance(submission, Submission):
         raise TypeError(f"submission must be a Submission, got {type(submission).__name__}")
     max_steps = budget_steps(workload) if max_steps is None else int(max_steps)
     if max_steps < 1:
         raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+    horizon = budget_steps(workload) if horizon is None else int(horizon)
+    if horizon < 1:
+        raise ValueError(f"horizon must be >= 1, got {horizon}")
     model = workload.build_model(seed)
-    optimizer, scheduler = submission.init_optimizer(list(model.parameters()), hparams, workload.step_hint)
+    optimizer, scheduler = submission.init_optimizer(list(model.parameters()), hparams, horizon)
     gen = torch.Generator().manual_seed(seed + 7919)
     n = workload.X_train.shape[0]
     steps, seconds, metrics = [], [], []
@@ -214,8 +224,9 @@ def run_trial(workload: Workload, submission: Submission, hparams: dict, seed: i
 
 def set_target(workload: Workload, candidates: Sequence[tuple[Submission, dict]],
                seeds: Sequence[int] = (0, 1, 2)) -> tuple[float, pd.DataFrame]:
-    """Target setting: run every candidate for ``step_hint`` steps (seed ``seeds[0]``), rerun the
-    best on all ``seeds``; the target is the median of their best validation metric.
+    """Target setting: run every candidate for ``step_hint`` steps, scheduled over ``step_hint``
+    (seed ``seeds[0]``), rerun the best on all ``seeds``; the target is the median of their best
+    validation metric.
 
     Returns the target and a table of the candidates' best metrics.
     """
@@ -224,13 +235,14 @@ def set_target(workload: Workload, candidates: Sequence[tuple[Submission, dict]]
     wl = dataclasses.replace(workload, target=None)
     rows = []
     for sub, hp in candidates:
-        res = run_trial(wl, sub, hp, seeds[0], max_steps=wl.step_hint, stop_at_target=False)
+        res = run_trial(wl, sub, hp, seeds[0], max_steps=wl.step_hint, stop_at_target=False,
+                        horizon=wl.step_hint)
         rows.append({"submission": sub.name, "lr": hp["lr"], "best": res.best_metric})
     table = pd.DataFrame(rows)
     best = int(table["best"].idxmin())
     sub, hp = candidates[best]
-    finals = [run_trial(wl, sub, hp, s, max_steps=wl.step_hint, stop_at_target=False).best_metric
-              for s in seeds]
+    finals = [run_trial(wl, sub, hp, s, max_steps=wl.step_hint, stop_at_target=False,
+                        horizon=wl.step_hint).best_metric for s in seeds]
     return float(np.median(finals)), table
 
 
@@ -283,22 +295,37 @@ def median_times(results: pd.DataFrame, unit: str = "steps") -> pd.DataFrame:
     return table.unstack("workload")
 
 
+#: Offset between the studies that one seed spawns (``seed``, ``seed + STUDY_STRIDE``, ...).
+STUDY_STRIDE = 100_000
+
+
+def study_ids(seeds: Sequence[int], studies_per_seed: int = 1) -> list[int]:
+    """The studies of a run: ``seed + k * STUDY_STRIDE`` for every seed and ``k < studies_per_seed``."""
+    if isinstance(studies_per_seed, bool) or not isinstance(studies_per_seed, int) or studies_per_seed < 1:
+        raise ValueError(f"studies_per_seed must be an int >= 1, got {studies_per_seed!r}")
+    seeds = [int(s) for s in seeds]
+    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0 or max(seeds) >= STUDY_STRIDE:
+        raise ValueError(f"seeds must be distinct ints in [0, {STUDY_STRIDE}), got {seeds}")
+    return [s + k * STUDY_STRIDE for s in seeds for k in range(studies_per_seed)]
+
 
 def run_mini_competition(seeds: Sequence[int] = (0, 1, 2), step_hint: int = 100, eval_every: int = 10,
                          max_trials: int | None = 3, n_target_candidates: int = 2,
                          submissions: Sequence[str] | None = None,
-                         workloads: Sequence[str] = WORKLOADS) -> dict:
-    """The whole mini competition: target setting, then both rulesets, one study per seed.
+                         workloads: Sequence[str] = WORKLOADS, studies_per_seed: int = 1) -> dict:
+    """The whole mini competition: target setting, then both rulesets, ``studies_per_seed`` studies
+    per seed (:func:`study_ids`).
 
     Targets come from NAdamW and SGD-Nesterov (the first ``n_target_candidates`` points of their
-    search spaces) re-run on seeds ``10_000 + seed``, so no competition trial reuses a
-    target-setting run. Returns ``{"targets": {workload: target}, "target_runs": DataFrame,
+    search spaces) re-run once per study, on seeds ``10**9 + study``, so no competition trial reuses
+    a target-setting run. Returns ``{"targets": {workload: target}, "target_runs": DataFrame,
     "external": DataFrame, "self": DataFrame}`` (the last two from :func:`run_competition`).
     """
     from .submissions import SUBMISSIONS
 
     if not seeds:
         raise ValueError("seeds must not be empty")
+    studies = study_ids(seeds, studies_per_seed)
     names = list(SUBMISSIONS) if submissions is None else list(submissions)
     subs = [SUBMISSIONS[n] for n in names]
     setters = [SUBMISSIONS["nadamw"], SUBMISSIONS["sgd_nesterov"]]
@@ -306,11 +333,11 @@ def run_mini_competition(seeds: Sequence[int] = (0, 1, 2), step_hint: int = 100,
     wls, targets, runs = [], {}, []
     for name in workloads:
         wl = make_workload(name, step_hint=step_hint, eval_every=eval_every)
-        target, table = set_target(wl, candidates, seeds=[10_000 + s for s in seeds])
+        target, table = set_target(wl, candidates, seeds=[10**9 + s for s in studies])
         targets[wl.name] = target
         runs.append(table.assign(workload=wl.name))
         wls.append(dataclasses.replace(wl, target=target))
     out = {"targets": targets, "target_runs": pd.concat(runs, ignore_index=True)}
     for ruleset in ("external", "self"):
-        out[ruleset] = run_competition(wls, subs, ruleset, list(seeds), max_trials)
+        out[ruleset] = run_competition(wls, subs, ruleset, studies, max_trials)
     return out
