@@ -39,6 +39,13 @@ def _block(c_in: int, c_out: int) -> nn.Sequential:
                          nn.Conv2d(c_out, c_out, 3, padding=1), nn.LeakyReLU(_ACT))
 
 
+def _zero_head(conv: nn.Conv2d) -> nn.Conv2d:
+    """A residual model starts as the identity on the conventional ISP: its last layer starts at zero."""
+    nn.init.zeros_(conv.weight)
+    nn.init.zeros_(conv.bias)
+    return conv
+
+
 def _to_full_resolution(x: torch.Tensor, head: nn.Conv2d) -> torch.Tensor:
     """The official output stage: bilinear x 2 upsampling, then a 3 x 3 convolution to RGB."""
     return head(F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False))
@@ -54,7 +61,7 @@ class PlainCNN(nn.Module):
             layers += [nn.Conv2d(c, width, 3, padding=1), nn.LeakyReLU(_ACT)]
             c = width
         self.body = nn.Sequential(*layers)
-        self.head = nn.Conv2d(width, 3, 3, padding=1)
+        self.head = _zero_head(nn.Conv2d(width, 3, 3, padding=1))
 
     def forward(self, raw, events=None, base=None):
         return _to_full_resolution(self.body(raw), self.head)
@@ -62,25 +69,27 @@ class PlainCNN(nn.Module):
 
 class TwoStageISP(nn.Module):
     r"""Restoration then enhancement (stage-wise class, e.g. CameraNet): stage 1 predicts linear RGB
-    $\hat L = y_0^{1/\gamma} + r_\theta(X)$ (trained with an auxiliary loss against the linear target),
-    stage 2 predicts the display correction from $\hat L^{\gamma}$. ``forward`` returns the stage-2
-    correction; ``restore`` the stage-1 linear image."""
+    $\hat L = y_0^{1/\gamma} + r_\theta(X)$ from the packed RAW (trained with an auxiliary loss against the
+    linear target), stage 2 is a per-pixel colour and tone network $h_\theta$ ($1\times1$ convolutions) on
+    the display image $\hat L^{\gamma}$. ``forward`` returns the correction
+    $\hat L^{\gamma} + h_\theta(\hat L^{\gamma}) - y_0$; ``restore`` the stage-1 linear image. Values below
+    ``floor`` are clamped before the power laws, whose slopes are unbounded at zero."""
 
-    def __init__(self, width: int = 16, in_channels: int = 4, gamma: float = 0.45):
+    def __init__(self, width: int = 16, in_channels: int = 4, gamma: float = 0.45, floor: float = 1e-2):
         super().__init__()
-        self.gamma = gamma
-        self.restoration = nn.Sequential(_block(in_channels, width))
-        self.restoration_head = nn.Conv2d(width, 3, 3, padding=1)
-        self.enhancement = nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.LeakyReLU(_ACT),
-                                         nn.Conv2d(width, width, 3, padding=1), nn.LeakyReLU(_ACT),
-                                         nn.Conv2d(width, 3, 3, padding=1))
+        self.gamma, self.floor = gamma, floor
+        self.restoration = _block(in_channels, width)
+        self.restoration_head = _zero_head(nn.Conv2d(width, 3, 3, padding=1))
+        self.enhancement = nn.Sequential(nn.Conv2d(3, width, 1), nn.LeakyReLU(_ACT),
+                                         nn.Conv2d(width, width, 1), nn.LeakyReLU(_ACT),
+                                         _zero_head(nn.Conv2d(width, 3, 1)))
 
     def restore(self, raw, base):
-        base_linear = base.clamp(1e-4, 1) ** (1 / self.gamma)
+        base_linear = base.clamp(self.floor, 1) ** (1 / self.gamma)
         return (base_linear + _to_full_resolution(self.restoration(raw), self.restoration_head)).clamp(0, 1)
 
     def forward(self, raw, events=None, base=None):
-        restored = self.restore(raw, base).clamp(1e-4, 1) ** self.gamma
+        restored = self.restore(raw, base).clamp(self.floor, 1) ** self.gamma
         return restored - base + self.enhancement(restored)
 
 
@@ -122,7 +131,7 @@ class UNet(nn.Module):
             self.up_convs.append(nn.Sequential(nn.Conv2d(c, w, 3, padding=1), nn.LeakyReLU(_ACT)))
             self.fuse_convs.append(nn.Sequential(nn.Conv2d(w, w, 3, padding=1), nn.LeakyReLU(_ACT)))
             c = w
-        self.head = nn.Conv2d(widths[0], 3, 3, padding=1)
+        self.head = _zero_head(nn.Conv2d(widths[0], 3, 3, padding=1))
 
     def decode(self, x, skips):
         for up, fuse, skip in zip(self.up_convs, self.fuse_convs, reversed(skips)):
