@@ -173,6 +173,9 @@ def test_event_unet_uses_events_and_unet_ignores_them():
     torch.manual_seed(0)
     ev, plain = ei.build_model("EV-UNet", width=4, event_bins=3), ei.build_model("UNet", width=4)
     raw = torch.rand(1, 4, 8, 8)
+    assert torch.count_nonzero(ev(raw, torch.rand(1, 3, 8, 8))) == 0     # residual models start at zero
+    for model in (ev, plain):
+        torch.nn.init.normal_(model.head.weight)
     e1, e2 = torch.rand(1, 3, 8, 8), torch.rand(1, 3, 8, 8)
     assert not torch.allclose(ev(raw, e1), ev(raw, e2))
     assert torch.allclose(plain(raw, e1), plain(raw, e2))
