@@ -147,3 +147,74 @@ def test_experiment_small():
     r = lv.run_experiment(0, n_train=8, many=4, few=2, n_test_layouts=2, n_test=4, traj_steps=20)
     assert len(r["rows"]) == 5 and r["n_test"] == 8
     assert set(r["test_stats"]) == {"efficiency", "min_sep", "duration", "speed"}
+
+
+def test_downsample_keeps_walls_and_connectivity():
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        occ = lv.make_floorplan(rng)
+        c = lv.downsample(occ)
+        assert c.shape == (32, 32) and c[0].all() and c[:, 0].all() and c[-1].all() and c[:, -1].all()
+        lv.check_connected(c)
+        # every fine obstacle cell lies in a coarse obstacle cell
+        assert c.repeat(2, 0).repeat(2, 1)[occ].all()
+
+
+def test_goal_targets_and_baselines():
+    eps = lv.generate_dataset(2, 4, seed=2)
+    s = lv.make_samples(eps, per_episode=2)
+    Y = lv.goal_targets(s, 32)
+    assert Y.shape == (8, 1, 32, 32) and np.allclose(Y.sum(axis=(1, 2, 3)), 1)
+    for i in range(8):
+        occ_c = lv.downsample(s["occ"][i])
+        assert Y[i, 0][occ_c].sum() == 0
+        assert np.unravel_index(Y[i, 0].argmax(), (32, 32)) == lv.to_cell(s["goal"][i], 32)
+        g = lv.nearest_furniture_goal(occ_c, s["past1"][i])
+        r, c = lv.to_cell(g, 32)
+        assert not occ_c[r, c] and occ_c[r - 1:r + 2, c - 1:c + 2].any()
+    hot = lv.goal_targets(s, 32, sigma=0)
+    assert hot.sum() == 8 and hot.max() == 1
+    assert np.allclose(lv.goal_errors(s["goal"], s), 0)
+    with pytest.raises(ValueError, match="indoor obstacle"):
+        empty = np.zeros((32, 32), bool)
+        empty[0] = empty[-1] = empty[:, 0] = empty[:, -1] = True
+        lv.nearest_furniture_goal(empty, s["past1"][0])
+
+
+def test_path_chamfers_astar_matches_baseline():
+    eps = lv.generate_dataset(1, 2, seed=3)
+    s = lv.make_samples(eps, per_episode=1)
+    cd = lv.path_chamfers(None, s)
+    ref = lv.chamfer(lv.astar_baseline(s["occ"][0], s["past1"][0, -1], s["goal"][0]), s["path"][0])
+    assert cd.shape == (2,) and cd[0] == pytest.approx(ref)
+    # a map equal to one everywhere is the A* baseline itself
+    assert np.allclose(lv.path_chamfers(np.ones((2, 32, 32)), s), cd)
+
+
+def test_experiment_with_map_tasks():
+    r = lv.run_experiment(0, n_train=6, many=3, few=1, n_test_layouts=2, n_test=3, traj_steps=10, unet_steps=3)
+    m = r["maps"]
+    assert set(m["chamfer"]) == {"A*", "LocoVR-mini", "THOR-mini"}
+    assert set(m["goal"]) == {"random", "nearest furniture", "LocoVR-mini", "THOR-mini"}
+    assert all(len(v) == 6 for v in m["chamfer"].values()) and all(len(v) == 6 for v in m["goal"].values())
+    assert m["example"]["LocoVR-mini"]["path_prob"].shape == (32, 32)
+    assert set(r["errors"]) == {"constant velocity", "LocoVR-mini + p2", "LocoVR-mini", "THOR-mini + p2", "THOR-mini"}
+    assert all(len(v) == 6 for v in r["errors"].values()) and r["near"].shape == (6,)
+
+
+def test_clears_margin_plain_and_strict():
+    rng = np.random.default_rng(0)
+    b = [np.full(50, 1.0), np.full(50, 1.0)]
+    good = [0.8 + 0.01 * rng.standard_normal(50), 0.8 + 0.01 * rng.standard_normal(50)]
+    assert lv.clears_margin(good, b, 0.9) and lv.clears_margin(good, b, 0.9, strict=True)
+    # one seed misses: the pooled mean clears the margin, the strict form does not
+    mixed = [np.full(50, 0.7), np.full(50, 0.95)]
+    assert lv.clears_margin(mixed, b, 0.9) and not lv.clears_margin(mixed, b, 0.9, strict=True)
+    # noisy: mean below the margin but the interval reaches above it
+    noisy = [0.89 + 0.5 * rng.standard_normal(50), 0.89 + 0.5 * rng.standard_normal(50)]
+    noisy = [x - x.mean() + 0.89 for x in noisy]
+    assert lv.clears_margin(noisy, b, 0.9) and not lv.clears_margin(noisy, b, 0.9, strict=True)
+    with pytest.raises(ValueError, match="paired"):
+        lv.clears_margin([np.ones(3)], [np.ones(4)], 0.9)
+    with pytest.raises(ValueError, match="equal length"):
+        lv.clears_margin([np.ones(3)], [], 0.9)

@@ -8,7 +8,8 @@ from .metrics import ade_fde, chamfer, goal_error, min_separation, path_efficien
 from .sim import Episode, SocialForceParams, anisotropy, route_cost, simulate_episode, social_forces
 from .tasks import (FUT, OBS, TinyUNet, TrajectoryMLP, astar_baseline, constant_velocity, extract_path,
                     generate_dataset, goal_from_map, make_samples, predict_maps, predict_trajectory,
-                    random_goal_baseline, rasterise, train_trajectory, train_unet, trajectory_features)
-from .experiment import dataset_stats, run_experiment
+                    random_goal_baseline, rasterise, train_trajectory, train_unet, trajectory_features,
+                    goal_targets, nearest_furniture_goal, path_chamfers, goal_errors)
+from .experiment import clears_margin, dataset_stats, map_tasks, run_experiment
 
 __all__ = [n for n in dir() if not n.startswith("_")]

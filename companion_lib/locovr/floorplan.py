@@ -46,16 +46,18 @@ def make_floorplan(rng: np.random.Generator, size: int = 64, n_furniture: tuple[
             g = int(rng.integers(lo + 1, hi - door))
             occ[yh, g:g + door] = False
     occ[d0:d0 + door, xv] = False
-    if ndimage.label(~occ)[1] != 1:      # a wall met a door: draw another home
+    if ndimage.label(~occ)[1] != 1 or ndimage.label(~downsample(occ))[1] != 1:   # a wall met a door: redraw
         return make_floorplan(rng, size, n_furniture, door_m)
     for _ in range(int(rng.integers(n_furniture[0], n_furniture[1] + 1))):
         h, w = rng.integers(3, 9, size=2)
         r, c = rng.integers(2, size - 2 - h), rng.integers(2, size - 2 - w)
         trial = occ.copy()
         trial[r:r + h, c:c + w] = True
-        # keep a 0.5 m corridor: the dilated obstacles must not disconnect the free space
+        # keep a 0.5 m corridor: the dilated obstacles must not disconnect the free space, nor must
+        # the coarse map the predictors see
         if (ndimage.label(~trial)[1] == 1
-                and ndimage.label(~ndimage.binary_dilation(trial, iterations=2))[1] == 1):
+                and ndimage.label(~ndimage.binary_dilation(trial, iterations=2))[1] == 1
+                and ndimage.label(~downsample(trial))[1] == 1):
             occ = trial
     check_connected(occ)
     return occ
@@ -111,7 +113,11 @@ def sample_free_point(rng: np.random.Generator, occ: np.ndarray, min_clear_m: fl
 
 
 def downsample(occ: np.ndarray, factor: int = 2) -> np.ndarray:
-    """Coarser occupancy grid: a coarse cell is an obstacle if more than half its fine cells are."""
+    """Coarser occupancy grid: a coarse cell is an obstacle if any of its fine cells is.
+
+    (A majority rule would erase the one-cell walls of the 64-cell homes: a wall covers only half of
+    each 2 x 2 block.) Doors and corridors stay open because the floor plans keep them at least five
+    fine cells wide."""
     occ = np.asarray(occ, dtype=bool)
     n = occ.shape[0] // factor
-    return occ[: n * factor, : n * factor].reshape(n, factor, n, factor).mean(axis=(1, 3)) > 0.5
+    return occ[: n * factor, : n * factor].reshape(n, factor, n, factor).any(axis=(1, 3))

@@ -7,13 +7,14 @@ import torch
 from torch import nn
 
 from .floorplan import ROOM_M, downsample, make_floorplan, to_cell, to_metres
+from .metrics import chamfer
 from .sim import Episode, simulate_episode
 from skimage.graph import route_through_array
 
 __all__ = ["generate_dataset", "make_samples", "rasterise", "TinyUNet", "train_unet", "predict_maps",
            "extract_path", "astar_baseline", "goal_from_map", "random_goal_baseline",
            "trajectory_features", "TrajectoryMLP", "train_trajectory", "predict_trajectory",
-           "constant_velocity"]
+           "constant_velocity", "goal_targets", "nearest_furniture_goal", "path_chamfers", "goal_errors"]
 
 OBS, FUT = 15, 30      # 1 s observed, 2 s predicted, at 15 Hz
 
@@ -102,7 +103,8 @@ class TinyUNet(nn.Module):
 
 def train_unet(X: np.ndarray, Y: np.ndarray, loss: str = "bce", steps: int = 300, batch: int = 32,
                lr: float = 2e-3, width: int = 16, seed: int = 0, pos_weight: float = 4.0) -> TinyUNet:
-    """Adam on per-pixel BCE (path maps, ``loss="bce"``) or a softmax over pixels (goal maps, ``"ce"``)."""
+    """Adam on per-pixel BCE (path maps, ``loss="bce"``) or the cross-entropy of a softmax over the free
+    pixels to a target heatmap summing to one (goal maps, ``"ce"``)."""
     if loss not in ("bce", "ce"):
         raise ValueError(f"loss must be 'bce' or 'ce', got {loss!r}")
     torch.manual_seed(seed)
@@ -118,7 +120,7 @@ def train_unet(X: np.ndarray, Y: np.ndarray, loss: str = "bce", steps: int = 300
             l = bce(out, Yt[idx])
         else:
             logits = out.flatten(1).masked_fill(Xt[idx, 0].flatten(1) > 0.5, -1e4)
-            l = nn.functional.cross_entropy(logits, Yt[idx].flatten(1).argmax(1))
+            l = nn.functional.cross_entropy(logits, Yt[idx].flatten(1))   # soft targets (heatmaps)
         opt.zero_grad()
         l.backward()
         opt.step()
@@ -226,3 +228,58 @@ def constant_velocity(samples: dict) -> np.ndarray:
     p1 = samples["past1"]
     v = (p1[:, -1] - p1[:, -5]) / 4
     return p1[:, -1:] + v[:, None] * np.arange(1, FUT + 1)[None, :, None]
+
+
+def goal_targets(samples: dict, res: int = 32, sigma: float = 1.5) -> np.ndarray:
+    """Goal heatmaps (n, 1, res, res) summing to one: a Gaussian blob of ``sigma`` cells at the goal on the
+    free cells, as the paper's goal heatmaps (the goal U-Net's soft target; ``sigma=0``: one-hot)."""
+    Y = np.zeros((len(samples["goal"]), 1, res, res), dtype=np.float32)
+    for i, g in enumerate(samples["goal"]):
+        if sigma > 0:
+            free = ~downsample(samples["occ"][i], samples["occ"][i].shape[0] // res)
+            blob = _blobs(g, res, sigma) * free
+            Y[i, 0] = blob / blob.sum()
+        else:
+            Y[(i, 0) + to_cell(g, res)] = 1
+    return Y
+
+
+def nearest_furniture_goal(occ_coarse: np.ndarray, past1: np.ndarray) -> np.ndarray:
+    r"""The "nearest furniture" baseline: the free cell touching an indoor obstacle (furniture or an
+    interior wall, not the outer wall) that is nearest to the walker, among those ahead of its heading
+    (all such cells if none is ahead). Metres."""
+    occ_coarse = np.asarray(occ_coarse, dtype=bool)
+    res = occ_coarse.shape[0]
+    inner = occ_coarse.copy()
+    inner[0, :] = inner[-1, :] = inner[:, 0] = inner[:, -1] = False
+    touch = np.zeros_like(inner)
+    touch[1:] |= inner[:-1]
+    touch[:-1] |= inner[1:]
+    touch[:, 1:] |= inner[:, :-1]
+    touch[:, :-1] |= inner[:, 1:]
+    cand = np.argwhere(touch & ~occ_coarse)
+    if len(cand) == 0:
+        raise ValueError("occ_coarse: no free cell touches an indoor obstacle")
+    xy = to_metres(cand, res)
+    now, heading = past1[-1], past1[-1] - past1[-5]
+    d = xy - now
+    ahead = d @ heading > 0.5 * np.linalg.norm(d, axis=1) * (np.linalg.norm(heading) + 1e-9)
+    pool = xy[ahead] if ahead.any() else xy
+    return pool[np.argmin(np.linalg.norm(pool - now, axis=1))]
+
+
+def path_chamfers(prob: np.ndarray | None, samples: dict) -> np.ndarray:
+    """Chamfer distance (m) of the path extracted from each predicted map (``None``: the A* baseline)
+    to the walked rest of the path, one value per sample."""
+    out = []
+    for i in range(len(samples["goal"])):
+        start, goal, occ = samples["past1"][i, -1], samples["goal"][i], samples["occ"][i]
+        res = 32 if prob is None else prob.shape[-1]
+        p = astar_baseline(occ, start, goal, res) if prob is None else extract_path(prob[i], occ, start, goal)
+        out.append(chamfer(p, samples["path"][i]))
+    return np.array(out)
+
+
+def goal_errors(pred: np.ndarray, samples: dict) -> np.ndarray:
+    """Distance (m) of each predicted goal (n, 2) to the true goal."""
+    return np.linalg.norm(np.asarray(pred) - samples["goal"], axis=1)
