@@ -160,3 +160,56 @@ def test_recovery_metrics():
     w = S.make_world(rng, n_entities=5)
     labels = S.classify_latents(np.vstack([w.atoms[:2], w.entities[:1], -w.atoms[:1]]), w)
     assert list(labels[:3]) == ["atom", "atom", "entity"]
+
+
+def test_batched_training_matches_separate_runs(world_and_data):
+    """train_saes trains each model as it would be trained alone (own data, seed and batches)."""
+    world, X, Xt = world_and_data
+    X2 = S.sample_activations(world, 6000, np.random.default_rng(9))
+    (a, b), (ha, hb) = S.train_saes([X, X2], 12, 2, steps=40, seeds=[3, 4])
+    a1, h1 = S.train_sae(X, 12, 2, steps=40, seed=3)
+    b1, _ = S.train_sae(X2, 12, 2, steps=40, seed=4)
+    for m, m1 in ((a, a1), (b, b1)):
+        assert torch.allclose(m.W_dec, m1.W_dec, atol=1e-4) and torch.allclose(m.W_enc, m1.W_enc, atol=1e-4)
+        assert torch.allclose(m.threshold, m1.threshold, atol=1e-5)
+    assert np.allclose(ha.loss, h1.loss, rtol=1e-4)
+    with pytest.raises(ValueError, match="one seed per data set"):
+        S.train_saes([X, X2], 12, 2, steps=2, seeds=[0])
+    with pytest.raises(ValueError, match="same number of columns"):
+        S.train_saes([X, X2[:, :5]], 4, 2, steps=2, seeds=[0, 1])
+
+
+def test_meta_sae_full_batch_uses_every_row():
+    """Full batch means every row in every step: the loss is deterministic given the weights, and
+    meta-SAEs of row sets of different sizes train together as they would alone."""
+    rng = np.random.default_rng(5)
+    w = S.make_world(rng, n_entities=60)
+    (m1, m2), (h1, h2) = S.train_meta_saes([w.entities, w.entities[:40]], 10, 2, steps=30, seeds=[0, 1])
+    s1, g1 = S.train_meta_sae(w.entities, 10, 2, steps=30, seed=0)
+    s2, g2 = S.train_meta_sae(w.entities[:40], 10, 2, steps=30, seed=1)
+    assert np.allclose(h1.loss, g1.loss, rtol=1e-4) and np.allclose(h2.loss, g2.loss, rtol=1e-4)
+    # step 0 loss = mean over ALL rows of the squared error of the initial model
+    init = S.SparseAutoencoder(w.d, 10, 2, "batchtopk", W_dec=s1.W_dec.detach() * 0 + torch.nn.functional.normalize(
+        torch.randn(10, w.d, generator=torch.Generator().manual_seed(0)), dim=1), b_dec=torch.zeros(w.d))
+    x = torch.as_tensor(w.entities, dtype=torch.float32)
+    with torch.no_grad():
+        first = float((x - init(x, batch=True)).pow(2).sum(-1).mean())
+    assert np.isclose(g1.loss[0], first, rtol=1e-5)
+
+
+def test_stopped_stitching_path_decreases_at_every_step(world_and_data):
+    world, X, Xt = world_and_data
+    A, _ = S.train_sae(X, 8, 2, steps=200, seed=0)
+    B, _ = S.train_sae(X, 16, 2, steps=200, seed=1)
+    path, moves = S.stitching_path(A, B, Xt[:300], stop=True)
+    assert len(path) == len(moves) + 1 and (np.diff(path) < 0).all()
+    full, _ = S.stitching_path(A, B, Xt[:300], stop=False)
+    assert np.allclose(full[:len(path)], path)      # the same greedy choices until it stops
+
+
+def test_mean_ci():
+    m, lo, hi = S.mean_ci([0.1, 0.2, 0.3, np.nan])
+    assert np.isclose(m, 0.2) and np.isclose(hi - m, m - lo)
+    assert np.isclose(hi - m, 4.302653 * 0.1 / np.sqrt(3), rtol=1e-5)   # t_{0.975, 2}
+    with pytest.raises(ValueError, match="at least two"):
+        S.mean_ci([1.0])

@@ -24,7 +24,7 @@ $f_i=z_i\,\mathbb 1[z_i>\theta]$ (a JumpReLU) estimated during training. Trainin
 $\|x-\hat x\|^2+\alpha\,\|e-\hat e_{\text{dead}}\|^2$ (the AuxK term: the top-$k_{aux}$ dead latents
 reconstruct the detached residual $e$), with decoder rows kept at unit norm.
 
-Only numpy and torch are used at run time.
+Only numpy and torch are used at run time (and scipy, for the $t$ quantile of :func:`mean_ci`).
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ import torch
 
 __all__ = [
     "SyntheticWorld", "make_world", "sample_activations", "SparseAutoencoder", "JumpReLUDictionary",
-    "batch_topk", "topk_per_sample", "train_sae", "train_meta_sae", "nmse", "mean_l0", "alive_latents",
+    "batch_topk", "topk_per_sample", "train_sae", "train_saes", "train_meta_sae", "train_meta_saes", "nmse", "mean_l0", "alive_latents",
     "max_cosine", "recovered_fraction", "classify_latents", "insertion_deltas", "stitching_path",
-    "swap_groups", "meta_decomposition", "atom_hit_fraction", "run_experiment", "summarize",
+    "swap_groups", "meta_decomposition", "atom_hit_fraction", "run_experiments", "run_experiment", "mean_ci", "summarize",
 ]
 
 
@@ -210,77 +210,160 @@ class TrainHistory:
     dead: list = field(default_factory=list)
 
 
-def train_sae(X, width: int, k: int, kind: str = "batchtopk", steps: int = 3000, batch_size: int = 256,
-              lr: float = 3e-3, k_aux: int = 16, aux_alpha: float = 1 / 32, dead_after: int = 200,
-              fix_b_dec_zero: bool = False, seed: int = 0, threshold_momentum: float = 0.99):
-    r"""Train a TopK/BatchTopK SAE with Adam on the rows of ``X``; returns ``(sae, history)``.
+def train_saes(Xs, width: int, k: int, kind: str = "batchtopk", steps: int = 3000, batch_size: int = 256,
+               lr: float = 3e-3, k_aux: int = 16, aux_alpha: float = 1 / 32, dead_after: int = 200,
+               fix_b_dec_zero: bool = False, seeds=(0,), threshold_momentum: float = 0.99):
+    r"""Train one TopK/BatchTopK SAE per data set in ``Xs`` (a list of arrays with the same number of
+    columns), all in one batched loop; returns ``(saes, histories)``. SAE $r$ sees only ``Xs[r]`` and
+    draws its initialisation and batches from ``seeds[r]``; the models share nothing but the loop (their
+    losses are summed, and Adam is elementwise), so each is trained as it would be alone.
 
     Loss per batch: $\frac1B\sum_b\|x_b-\hat x_b\|^2+\alpha\frac1B\sum_b\|e_b-\hat e_b\|^2$, where
     $e=(x-\hat x)$ is detached and $\hat e = \mathrm{TopK}_{k_{aux}}(z_{\text{dead}})W_{dec}$ uses only
-    latents that have not fired for ``dead_after`` steps (AuxK). After each step the decoder gradient
-    is projected orthogonal to the rows before Adam and the rows are renormalised to unit norm.
+    latents that have not fired for ``dead_after`` steps (AuxK). The decoder gradient is projected
+    orthogonal to the rows before each Adam step and the rows are renormalised to unit norm after it.
     $b_{dec}$ starts at the data mean (or is fixed at zero with ``fix_b_dec_zero``, as for meta-SAEs).
-    BatchTopK's inference threshold $\theta$ is an exponential moving average (``threshold_momentum``)
-    of the smallest activation kept by batch top-k in each batch.
+    A batch is ``batch_size`` rows drawn with replacement, or every row once when ``batch_size`` is at
+    least the number of rows (full batch). BatchTopK's inference threshold $\theta$ is an exponential
+    moving average (``threshold_momentum``) of the smallest activation kept by batch top-k in each batch.
     """
-    X = _as_tensor(X, "X")
+    Xs = [_as_tensor(X, "X") for X in Xs]
+    if not Xs:
+        raise ValueError("Xs must hold at least one data set")
+    seeds = list(seeds)
+    if len(seeds) != len(Xs):
+        raise ValueError(f"seeds must give one seed per data set ({len(Xs)}), got {len(seeds)}")
+    d = Xs[0].shape[1]
+    if any(X.shape[1] != d for X in Xs):
+        raise ValueError("every data set in Xs must have the same number of columns")
+    if kind not in ("topk", "batchtopk"):
+        raise ValueError(f"kind must be 'topk' or 'batchtopk', got {kind!r}")
     k = _check_k(k, width)
     if steps < 1 or batch_size < 1:
         raise ValueError(f"steps and batch_size must be positive, got {steps}, {batch_size}")
-    gen = torch.Generator().manual_seed(int(seed))
-    n, d = X.shape
-    W_dec = torch.nn.functional.normalize(torch.randn(width, d, generator=gen), dim=1)
-    b_dec = torch.zeros(d) if fix_b_dec_zero else X.mean(0)
-    sae = SparseAutoencoder(d, width, k, kind, W_enc=W_dec.T.clone(), W_dec=W_dec, b_dec=b_dec)
-    params = [sae.W_enc, sae.b_enc, sae.W_dec] + ([] if fix_b_dec_zero else [sae.b_dec])
-    opt = torch.optim.Adam(params, lr=lr)
-    last_fired = torch.zeros(width, dtype=torch.long)
-    history, theta = TrainHistory(), None
+    R = len(Xs)
+    gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
+    W_dec = torch.stack([torch.nn.functional.normalize(torch.randn(width, d, generator=g), dim=1) for g in gens])
+    W_enc = W_dec.transpose(1, 2).clone()
+    b_enc = torch.zeros(R, width)
+    b_dec = torch.zeros(R, d) if fix_b_dec_zero else torch.stack([X.mean(0) for X in Xs])
+    for t in (W_enc, b_enc, W_dec, b_dec):
+        t.requires_grad_(True)
+    opt = torch.optim.Adam([W_enc, b_enc, W_dec] + ([] if fix_b_dec_zero else [b_dec]), lr=lr)
+    # batches: B_r rows for model r (every row when the batch covers the data), padded to B rows
+    sizes = [min(batch_size, X.shape[0]) for X in Xs]
+    full = [batch_size >= X.shape[0] for X in Xs]
+    B = max(sizes)
+    valid = (torch.arange(B)[None, :] < torch.tensor(sizes)[:, None])            # R x B
+    n_keep = torch.tensor(sizes) * k                                             # batch top-k per model
+    keep_rank = torch.arange(B * k)[None, :] < n_keep[:, None]
+    inv_size = 1.0 / torch.tensor(sizes, dtype=torch.float32)
+    rows_full = torch.zeros(R, B, d)
+    for r, X in enumerate(Xs):
+        if full[r]:
+            rows_full[r, :sizes[r]] = X
+    same = not any(full) and len({X.shape[0] for X in Xs}) == 1
+    if same:   # every model draws its batches from its own generator, all steps at once
+        X_all = torch.stack(Xs)
+        batch_idx = torch.stack([torch.randint(0, X_all.shape[1], (steps, B), generator=g) for g in gens], 1)
+        model_idx = torch.arange(R)[:, None]
+    last_fired = torch.zeros(R, width, dtype=torch.long)
     k_aux = min(int(k_aux), width)
+    theta = torch.full((R,), float("nan"))
+    losses, deads = [], []
     for step in range(steps):
-        idx = torch.randint(0, n, (min(batch_size, n),), generator=gen)
-        x = X[idx]
-        z = sae.pre_activations(x)
-        f = batch_topk(z, k) if kind == "batchtopk" else topk_per_sample(z, k)
-        x_hat = sae.decode(f)
-        loss = (x - x_hat).pow(2).sum(-1).mean()
-        fired = (f > 0).any(0)
-        last_fired[fired] = step
-        dead = (step - last_fired) >= dead_after
-        if dead.any() and aux_alpha > 0:
-            e = (x - x_hat).detach()
-            z_dead = torch.relu(z[:, dead])
-            top = torch.topk(z_dead, min(k_aux, int(dead.sum())), dim=-1)
-            f_aux = torch.zeros_like(z_dead).scatter(-1, top.indices, top.values)
-            loss = loss + aux_alpha * (e - f_aux @ sae.W_dec[dead]).pow(2).sum(-1).mean()
+        if all(full):
+            x = rows_full
+        elif same:
+            x = X_all[model_idx, batch_idx[step]]
+        else:
+            x = rows_full.clone()
+            for r, X in enumerate(Xs):
+                if not full[r]:
+                    x[r, :sizes[r]] = X[torch.randint(0, X.shape[0], (sizes[r],), generator=gens[r])]
+        z = torch.baddbmm(b_enc[:, None, :], x - b_dec[:, None, :], W_enc)      # R x B x width
+        zr = torch.relu(z) * valid[:, :, None]
+        if kind == "batchtopk":
+            top = torch.topk(zr.reshape(R, -1), B * k, dim=1)
+            f = torch.zeros_like(zr.reshape(R, -1)).scatter(1, top.indices, top.values * keep_rank).reshape(R, B, width)
+        else:
+            top = torch.topk(zr, k, dim=-1)
+            f = torch.zeros_like(zr).scatter(-1, top.indices, top.values)
+        x_hat = torch.baddbmm(b_dec[:, None, :], f, W_dec)
+        err = (x - x_hat) * valid[:, :, None]
+        per_model = err.pow(2).sum(-1).sum(-1) * inv_size
+        loss = per_model.sum()
+        with torch.no_grad():
+            fired = (f > 0).any(1)
+            last_fired[fired] = step
+            dead = (step - last_fired) >= dead_after                            # R x width
+        if aux_alpha > 0 and bool(dead.any()):
+            e = err.detach()
+            cols = torch.nonzero(dead.any(0)).squeeze(1)          # latents dead in some model
+            z_dead = zr[:, :, cols] * dead[:, None, cols]
+            if len(cols) > k_aux:                                  # else every dead latent is used
+                top_aux = torch.topk(z_dead, k_aux, dim=-1)
+                z_dead = torch.zeros_like(z_dead).scatter(-1, top_aux.indices, top_aux.values)
+            aux = ((e - torch.bmm(z_dead, W_dec[:, cols])) * valid[:, :, None]).pow(2).sum(-1).sum(-1) * inv_size
+            per_model = per_model + aux_alpha * aux * dead.any(1)
+            loss = loss + aux_alpha * (aux * dead.any(1)).sum()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         with torch.no_grad():
-            W, g = sae.W_dec, sae.W_dec.grad
-            g -= (g * W).sum(1, keepdim=True) * W
+            g = W_dec.grad
+            g -= (g * W_dec).sum(-1, keepdim=True) * W_dec
         opt.step()
         with torch.no_grad():
-            sae.W_dec /= sae.W_dec.norm(dim=1, keepdim=True)
+            W_dec /= W_dec.norm(dim=-1, keepdim=True)
             if kind == "batchtopk":
-                kept = f[f > 0]
-                if kept.numel():
-                    m = float(kept.min())
-                    theta = m if theta is None else threshold_momentum * theta + (1 - threshold_momentum) * m
-        history.loss.append(float(loss.detach()))
-        history.dead.append(int(dead.sum()))
-    if kind == "batchtopk" and theta is not None:
-        sae.threshold.fill_(theta)
-    return sae, history
+                m = torch.where(f > 0, f, torch.tensor(float("inf"))).amin(dim=(1, 2))
+                ok = torch.isfinite(m)
+                first = ok & torch.isnan(theta)
+                theta = torch.where(first, m, torch.where(ok, threshold_momentum * theta + (1 - threshold_momentum) * m, theta))
+            losses.append(per_model.detach())
+            deads.append(dead.sum(1))
+    losses, deads = torch.stack(losses).numpy(), torch.stack(deads).numpy()
+    saes, histories = [], []
+    with torch.no_grad():
+        for r in range(R):
+            sae = SparseAutoencoder(d, width, k, kind, W_enc=W_enc[r].detach(), b_enc=b_enc[r].detach(),
+                                    W_dec=W_dec[r].detach(), b_dec=b_dec[r].detach())
+            if kind == "batchtopk" and torch.isfinite(theta[r]):
+                sae.threshold.fill_(float(theta[r]))
+            saes.append(sae)
+            histories.append(TrainHistory([float(v) for v in losses[:, r]], [int(v) for v in deads[:, r]]))
+    return saes, histories
+
+
+def train_sae(X, width: int, k: int, kind: str = "batchtopk", steps: int = 3000, batch_size: int = 256,
+              lr: float = 3e-3, k_aux: int = 16, aux_alpha: float = 1 / 32, dead_after: int = 200,
+              fix_b_dec_zero: bool = False, seed: int = 0, threshold_momentum: float = 0.99):
+    r"""Train one TopK/BatchTopK SAE on the rows of ``X``; returns ``(sae, history)``. The loop is
+    :func:`train_saes` with a single data set (see there for the loss, AuxK, the decoder constraint and
+    the inference threshold)."""
+    saes, histories = train_saes([X], width, k, kind, steps=steps, batch_size=batch_size, lr=lr, k_aux=k_aux,
+                                 aux_alpha=aux_alpha, dead_after=dead_after, fix_b_dec_zero=fix_b_dec_zero,
+                                 seeds=[seed], threshold_momentum=threshold_momentum)
+    return saes[0], histories[0]
+
+
+def train_meta_saes(row_sets, width: int, k: int = 3, steps: int = 3000, lr: float = 3e-3,
+                    fix_b_dec_zero: bool = True, seeds=(0,), **kw):
+    r"""Meta-SAEs, one per set of decoder rows in ``row_sets``: BatchTopK SAEs whose data points are the
+    unit decoder rows $d^B_j$ of another SAE, trained full-batch (every row in every step). $b_{dec}$ is
+    fixed at zero by default: decoder directions are not centred data, and subtracting their mean
+    removes the shared atoms."""
+    row_sets = [_as_tensor(rows, "decoder_rows") for rows in row_sets]
+    return train_saes(row_sets, width, k, "batchtopk", steps=steps, batch_size=max(len(r) for r in row_sets), lr=lr,
+                      fix_b_dec_zero=fix_b_dec_zero, seeds=seeds, **kw)
 
 
 def train_meta_sae(decoder_rows, width: int, k: int = 3, steps: int = 3000, lr: float = 3e-3,
                    fix_b_dec_zero: bool = True, seed: int = 0, **kw):
-    r"""A meta-SAE: a BatchTopK SAE whose data points are the unit decoder rows $d^B_j$ of another SAE,
-    trained full-batch (all rows in every step). $b_{dec}$ is fixed at zero by default: decoder
-    directions are not centred data, and subtracting their mean removes the shared atoms."""
-    rows = _as_tensor(decoder_rows, "decoder_rows")
-    return train_sae(rows, width, k, "batchtopk", steps=steps, batch_size=rows.shape[0], lr=lr,
-                     fix_b_dec_zero=fix_b_dec_zero, seed=seed, **kw)
+    r"""One meta-SAE on ``decoder_rows`` (see :func:`train_meta_saes`); returns ``(meta_sae, history)``."""
+    saes, histories = train_meta_saes([decoder_rows], width, k, steps=steps, lr=lr, fix_b_dec_zero=fix_b_dec_zero,
+                                      seeds=[seed], **kw)
+    return saes[0], histories[0]
 
 
 # ----------------------------------------------------------------------------- evaluation
@@ -442,14 +525,16 @@ def swap_groups(small, large, candidates, tau: float = 0.5):
     return [(sorted(a), sorted(b)) for a, b in comps.values()]
 
 
-def stitching_path(small, large, X, tau: float = 0.5, greedy: bool = True):
+def stitching_path(small, large, X, tau: float = 0.5, greedy: bool = True, stop: bool = False):
     r"""A path of stitched SAEs from A (small) to B (large); returns ``(mse_path, moves)``.
 
     Moves: *insert* one B latent with $\Delta\mathrm{MSE}<0$ (novel), or *swap* a group (remove its A
     latents, add its B latents; groups from :func:`swap_groups` over the other B latents). Each A
-    latent in no group stays. With ``greedy`` the move that lowers the MSE most is taken at each step
-    (taking the least harmful one when none lowers it), until every move is made; without it, the
-    naive order: novel latents by $\Delta$, then groups by size.
+    latent in no group stays. With ``greedy`` the move that lowers the MSE most is taken at each step;
+    with ``stop`` (the research note's fix) the path ends when no remaining move lowers the MSE, so it
+    decreases at every step by construction and the question is how close to B it gets; without
+    ``stop`` the least harmful move is taken when none helps, until every move is made. Without
+    ``greedy``: the naive order, novel latents by $\Delta$, then groups by size, every move.
     """
     A, B = _dictionary(small), _dictionary(large)
     X = _as_tensor(X).numpy().astype(np.float64)
@@ -476,6 +561,8 @@ def stitching_path(small, large, X, tau: float = 0.5, greedy: bool = True):
                 m = active.copy(); m[a] = False; m[[A.width + j for j in b]] = True
                 trial.append(mse_of(m))
             pick = int(np.argmin(trial))
+            if stop and trial[pick] >= path[-1]:
+                break
         else:
             pick = 0
         kind, a, b = remaining.pop(pick)
@@ -511,69 +598,103 @@ def _spearman(a, b) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def run_experiment(seed: int, widths=(16, 32, 64, 128), k: int = 2, steps: int = 3000, n_train: int = 40000,
-                   n_test: int = 4000, topk_width: int = 64, stitch=(16, 64), meta_width: int = 20,
-                   meta_k: int = 3, meta_steps: int = 3000, n_gt_entities: int = 400) -> dict:
-    r"""One seed of the chapter's reproduction: a world, BatchTopK SAEs of every width (and one TopK),
-    the stitching analysis of ``stitch = (A, B)``, and meta-SAEs on the widest SAE's alive decoder rows
-    ($b_{dec}=0$), on ``n_gt_entities`` ground-truth entity vectors ($b_{dec}=0$ and a learned, mean-
-    initialised $b_{dec}$). Returns a dict of plain numbers and arrays (cacheable)."""
-    rng = np.random.default_rng(seed)
-    world = make_world(rng)
-    X, Xt = sample_activations(world, n_train, rng), sample_activations(world, n_test, rng)
-    out = {"seed": seed, "world": world, "sweep": [], "saes": {}}
+def run_experiments(seeds, replicates: int = 1, widths=(16, 32, 64, 128), k: int = 2, steps: int = 3000,
+                    n_train: int = 40000, n_test: int = 4000, topk_width: int = 64, stitch=(16, 64),
+                    meta_width: int = 20, meta_k: int = 3, meta_steps: int = 3000, n_gt_entities: int = 400) -> list[dict]:
+    r"""The chapter's reproduction on ``replicates`` worlds per seed (world $r$ of seed $s$ is drawn from
+    ``np.random.default_rng([s, r])``): for every world, BatchTopK SAEs of every width (and one TopK),
+    the stitching analysis of ``stitch = (A, B)`` on alive B latents, and meta-SAEs on the widest SAE's
+    alive decoder rows ($b_{dec}=0$) and on ``n_gt_entities`` ground-truth entity vectors ($b_{dec}=0$
+    and a learned, mean-initialised $b_{dec}$). All worlds' SAEs of one kind and width are trained in one
+    batched loop (:func:`train_saes`). Returns one dict of plain numbers and arrays per world (cacheable)."""
+    keys = [(int(s), r) for s in seeds for r in range(int(replicates))]
+    if not keys:
+        raise ValueError("seeds must be non-empty and replicates >= 1")
+    train_seeds = [1000 * s + r for s, r in keys]
+    outs = []
+    for s, r in keys:
+        rng = np.random.default_rng([s, r])
+        world = make_world(rng)
+        X, Xt = sample_activations(world, n_train, rng), sample_activations(world, n_test, rng)
+        outs.append({"seed": s, "replicate": r, "world": world, "X": X, "Xt": Xt, "sweep": [], "saes": {}})
     for w in widths:
-        sae, _ = train_sae(X, w, k, "batchtopk", steps=steps, seed=seed)
-        out["saes"][w] = sae
-    topk_sae, _ = train_sae(X, topk_width, k, "topk", steps=steps, seed=seed)
-    for name, sae in [*((w, out["saes"][w]) for w in widths), ("topk", topk_sae)]:
-        alive = alive_latents(sae, Xt)
-        rows = sae.W_dec.detach().numpy()[alive]
-        out["sweep"].append(dict(width=sae.width, kind=sae.kind, nmse=nmse(sae, Xt), l0=mean_l0(sae, Xt),
-                                 alive=int(alive.sum()), atoms=recovered_fraction(world.atoms, rows),
-                                 entities=recovered_fraction(world.entities, rows),
-                                 rare=recovered_fraction(world.rare, rows)))
-    # stitching: A small, B large, alive B latents only
-    A, B = out["saes"][stitch[0]], out["saes"][stitch[1]]
-    alive_B = alive_latents(B, Xt)
-    delta = insertion_deltas(A, B, Xt)
-    out["stitch"] = dict(delta=delta[alive_B], maxcos=max_cosine(B, A)[alive_B],
-                         label=classify_latents(B.W_dec.detach().numpy()[alive_B], world),
-                         alive_B=alive_B, nmse_A=nmse(A, Xt), nmse_B=nmse(B, Xt))
-    B_alive = B.as_dictionary().subset(np.flatnonzero(alive_B))
-    for greedy in (True, False):
-        path, moves = stitching_path(A, B_alive, Xt[:2000], greedy=greedy)
-        out["stitch"]["path_greedy" if greedy else "path_naive"] = path
-        if greedy:
-            out["stitch"]["swap_sizes"] = [len(b) for kind, a, b in moves if kind == "swap"]
-            out["stitch"]["mse_B"] = _mse(B_alive, Xt[:2000].astype(np.float64))
-    out["stitch"]["spearman"] = _spearman(out["stitch"]["maxcos"], out["stitch"]["delta"])
-    # meta-SAEs
-    big = out["saes"][max(widths)]
-    alive = alive_latents(big, Xt)
-    rows = big.W_dec.detach().numpy()[alive]
-    meta, _ = train_meta_sae(rows, meta_width, meta_k, steps=meta_steps, seed=seed)
-    with torch.no_grad():
-        rec = meta(torch.as_tensor(rows), batch=False).numpy()
-    labels = classify_latents(rows, world)
-    ent = labels == "entity"
-    sets = world.entity_atoms[np.argmax(_unit(rows[ent]) @ world.entities.T, 1)] if ent.any() else np.zeros((0, 3), int)
-    small = out["saes"][min(widths)]
-    out["meta"] = dict(fve=float(1 - ((rows - rec) ** 2).sum() / ((rows - rows.mean(0)) ** 2).sum()),
-                       atoms=recovered_fraction(world.atoms, meta, 0.8),
-                       hit=float(atom_hit_fraction(meta, rows[ent], sets, world.atoms).mean()) if ent.any() else float("nan"),
-                       maxcos_small=float(max_cosine(meta, small).mean()), n_rows=int(len(rows)),
-                       n_entity_rows=int(ent.sum()), model=meta, rows=rows, labels=labels)
-    gt_rng = np.random.default_rng([seed, 1])
-    gt_world = make_world(gt_rng, n_entities=n_gt_entities)
-    for fixed in (True, False):
-        m, _ = train_meta_sae(gt_world.entities, meta_width, meta_k, steps=meta_steps, seed=seed, fix_b_dec_zero=fixed)
-        out["meta"]["gt_atoms_zero" if fixed else "gt_atoms_mean"] = recovered_fraction(gt_world.atoms, m, 0.8)
-    return out
+        saes, _ = train_saes([o["X"] for o in outs], w, k, "batchtopk", steps=steps, seeds=train_seeds)
+        for o, m in zip(outs, saes):
+            o["saes"][w] = m
+    topk_saes, _ = train_saes([o["X"] for o in outs], topk_width, k, "topk", steps=steps, seeds=train_seeds)
+    meta_inputs = []
+    for o, topk_sae in zip(outs, topk_saes):
+        world, Xt = o["world"], o["Xt"]
+        for name, m in [*((w, o["saes"][w]) for w in widths), ("topk", topk_sae)]:
+            alive = alive_latents(m, Xt)
+            rows = m.W_dec.detach().numpy()[alive]
+            o["sweep"].append(dict(width=m.width, kind=m.kind, nmse=nmse(m, Xt), l0=mean_l0(m, Xt),
+                                   alive=int(alive.sum()), atoms=recovered_fraction(world.atoms, rows),
+                                   entities=recovered_fraction(world.entities, rows),
+                                   rare=recovered_fraction(world.rare, rows)))
+        # stitching: A small, B large, alive B latents only
+        A, B = o["saes"][stitch[0]], o["saes"][stitch[1]]
+        alive_B = alive_latents(B, Xt)
+        delta = insertion_deltas(A, B, Xt)
+        st = dict(delta=delta[alive_B], maxcos=max_cosine(B, A)[alive_B],
+                  label=classify_latents(B.W_dec.detach().numpy()[alive_B], world),
+                  alive_B=alive_B, nmse_A=nmse(A, Xt), nmse_B=nmse(B, Xt))
+        B_alive = B.as_dictionary().subset(np.flatnonzero(alive_B))
+        Xs = Xt[:2000]
+        path, moves = stitching_path(A, B_alive, Xs, greedy=True, stop=True)
+        st.update(path_greedy=path, swap_sizes=[len(b) for kind, a, b in moves if kind == "swap"],
+                  mse_B=_mse(B_alive, Xs.astype(np.float64)))
+        st["path_full"], _ = stitching_path(A, B_alive, Xs, greedy=True, stop=False)
+        st["path_naive"], _ = stitching_path(A, B_alive, Xs, greedy=False)
+        st["spearman"] = _spearman(st["maxcos"], st["delta"])
+        o["stitch"] = st
+        big = o["saes"][max(widths)]
+        alive = alive_latents(big, Xt)
+        meta_inputs.append(big.W_dec.detach().numpy()[alive])
+    # meta-SAEs on the alive decoder rows of the widest SAE, one per world, in one batched loop
+    metas, _ = train_meta_saes(meta_inputs, meta_width, meta_k, steps=meta_steps, seeds=train_seeds)
+    gt_worlds = [make_world(np.random.default_rng([s, r, 1]), n_entities=n_gt_entities) for s, r in keys]
+    gt = {fixed: train_meta_saes([g.entities for g in gt_worlds], meta_width, meta_k, steps=meta_steps,
+                                 seeds=train_seeds, fix_b_dec_zero=fixed)[0] for fixed in (True, False)}
+    for i, (o, meta, rows) in enumerate(zip(outs, metas, meta_inputs)):
+        world = o["world"]
+        with torch.no_grad():
+            rec = meta(torch.as_tensor(rows), batch=False).numpy()
+        labels = classify_latents(rows, world)
+        ent = labels == "entity"
+        sets = world.entity_atoms[np.argmax(_unit(rows[ent]) @ world.entities.T, 1)] if ent.any() else np.zeros((0, 3), int)
+        small = o["saes"][min(widths)]
+        o["meta"] = dict(fve=float(1 - ((rows - rec) ** 2).sum() / ((rows - rows.mean(0)) ** 2).sum()),
+                         atoms=recovered_fraction(world.atoms, meta, 0.8),
+                         hit=float(atom_hit_fraction(meta, rows[ent], sets, world.atoms).mean()) if ent.any() else float("nan"),
+                         maxcos_small=float(max_cosine(meta, small).mean()), n_rows=int(len(rows)),
+                         n_entity_rows=int(ent.sum()), model=meta, rows=rows, labels=labels,
+                         gt_atoms_zero=recovered_fraction(gt_worlds[i].atoms, gt[True][i], 0.8),
+                         gt_atoms_mean=recovered_fraction(gt_worlds[i].atoms, gt[False][i], 0.8))
+        del o["X"], o["Xt"]
+    return outs
+
+
+def run_experiment(seed: int, **kw) -> dict:
+    r"""One world of :func:`run_experiments` (seed ``seed``, replicate 0)."""
+    return run_experiments([seed], replicates=1, **kw)[0]
+
+
+def mean_ci(values, level: float = 0.95) -> tuple[float, float, float]:
+    r"""Mean of ``values`` (NaN ignored) and the two-sided Student-$t$ interval at ``level``:
+    $\bar v \pm t_{(1+\text{level})/2,\,n-1}\,s/\sqrt n$. Returns ``(mean, low, high)``; scipy gives $t$."""
+    from scipy import stats
+
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    if v.size < 2:
+        raise ValueError(f"mean_ci needs at least two finite values, got {v.size}")
+    m, half = float(v.mean()), float(stats.t.ppf((1 + level) / 2, v.size - 1) * v.std(ddof=1) / np.sqrt(v.size))
+    return m, m - half, m + half
 
 
 def summarize(results: list[dict]) -> "pandas.DataFrame":
-    """One row per seed of :func:`run_experiment` results: the numbers the chapter's claims read."""
+    """One row per world (seed, replicate) of :func:`run_experiments` results: the numbers the claims read."""
     import pandas as pd
 
     rows = []
@@ -584,18 +705,20 @@ def summarize(results: list[dict]) -> "pandas.DataFrame":
         frac = lambda c: float((st["delta"][st["label"] == c] < 0).mean()) if (st["label"] == c).any() else float("nan")
         steps = np.diff(st["path_greedy"])
         rows.append(dict(
-            seed=r["seed"], nmse_batchtopk=bt["nmse"], nmse_topk=tk["nmse"], l0_batchtopk=bt["l0"], l0_topk=tk["l0"],
+            seed=r["seed"], replicate=r.get("replicate", 0), nmse_batchtopk=bt["nmse"], nmse_topk=tk["nmse"], l0_batchtopk=bt["l0"], l0_topk=tk["l0"],
             atoms_small=sw[(16, "batchtopk")]["atoms"], atoms_64=bt["atoms"], entities_small=sw[(16, "batchtopk")]["entities"],
             entities_64=bt["entities"], rare_64=bt["rare"],
             both_max=max(min(s["atoms"], s["entities"]) for s in r["sweep"] if s["kind"] == "batchtopk"),
             improve_rare=frac("rare"), improve_entity=frac("entity"), improve_other=frac("other"),
             n_rare=int((st["label"] == "rare").sum()), n_entity=int((st["label"] == "entity").sum()),
             n_other=int((st["label"] == "other").sum()), n_atom=int((st["label"] == "atom").sum()),
-            spearman=st["spearman"], monotone_greedy=float(np.mean(steps <= 1e-4)),
+            spearman=st["spearman"], monotone_greedy=float(np.mean(steps <= 1e-4)) if len(steps) else 1.0,
             monotone_naive=float(np.mean(np.diff(st["path_naive"]) <= 1e-4)),
+            monotone_full=float(np.mean(np.diff(st["path_full"]) <= 1e-4)) if "path_full" in st else float("nan"),
+            full_end=float(st["path_full"][-1]) if "path_full" in st else float("nan"),
             path_start=float(st["path_greedy"][0]), path_end=float(st["path_greedy"][-1]), mse_B=st["mse_B"],
             largest_group=max(st["swap_sizes"]) if st["swap_sizes"] else 0, n_moves=len(steps),
             meta_fve=me["fve"], meta_atoms=me["atoms"], meta_hit=me["hit"], meta_maxcos_small=me["maxcos_small"],
             meta_rows=me["n_rows"], meta_entity_rows=me["n_entity_rows"],
             gt_atoms_zero=me["gt_atoms_zero"], gt_atoms_mean=me["gt_atoms_mean"]))
-    return pd.DataFrame(rows).set_index("seed")
+    return pd.DataFrame(rows).set_index(["seed", "replicate"])
