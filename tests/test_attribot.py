@@ -161,3 +161,50 @@ def test_training_batch_masks_everything_but_answers(tok):
     for row, lab in zip(ids, labels):
         pos = (lab != -100).nonzero().flatten()
         assert (row[pos - 2] == q).all()
+
+
+def test_paired_interval_and_map_difference(scorer, prompt):
+    d = np.array([0.1, 0.2, np.nan, 0.0, 0.3])
+    iv = ab.paired_interval(d)
+    x = d[~np.isnan(d)]
+    half = 3.182446305284263 * x.std(ddof=1) / 2           # t(0.975, 3) * s / sqrt(4)
+    assert iv["n"] == 4 and iv["mean"] == pytest.approx(0.15)
+    assert iv["lo"] == pytest.approx(0.15 - half) and iv["hi"] == pytest.approx(0.15 + half)
+    with pytest.raises(ValueError, match="at least two"):
+        ab.paired_interval([1.0, np.nan])
+    with pytest.raises(ValueError, match="level"):
+        ab.paired_interval([1.0, 2.0], level=1.5)
+    specs = {"exact LOO": ([scorer], lambda p: ab.loo(scorer, p)),
+             "attention": ([scorer], lambda p: ab.attention_attribution(scorer, p))}
+    prompts = [prompt, ab.make_example(np.random.default_rng(1), ab.task_tokenizer())]
+    results = ab.run_methods(specs, prompts)
+    threshold = float(min(np.max(a.scores) for a in results["exact LOO"]["attributions"])) - 1e-6
+    same = ab.map_difference(results, "exact LOO", "exact LOO", threshold=threshold)
+    assert same["mean"] == same["lo"] == same["hi"] == 0.0
+    ap = ab.per_prompt_ap(results, "exact LOO", threshold=threshold)
+    assert np.allclose(ap, 1.0)
+    table = ab.per_seed_table(results, {0: [0], 1: [1]}, "exact LOO", ["attention"], "exact LOO", threshold=threshold)
+    assert list(table.index) == [0, 1] and np.allclose(table["r(exact LOO)"], 1.0)
+
+
+def test_tinylm_cache_helpers(scorer, prompt):
+    """companion_lib.tinylm.crop_cache copies a prefix of a DynamicCache and leaves the original whole."""
+    from companion_lib.tinylm import cache_kwarg, crop_cache, non_embedding_params
+
+    model = scorer.model
+    assert cache_kwarg(model) in ("cache", "past_key_values")
+    ids = torch.tensor([list(prompt.ids)])
+    with torch.no_grad():
+        out = model(input_ids=ids, use_cache=True)
+        cache = getattr(out, "cache", None) or out.past_key_values
+        n = cache.get_seq_length()
+        prefix = crop_cache(cache, 10)
+        assert prefix.get_seq_length() == 10 and cache.get_seq_length() == n
+        rest = model(input_ids=ids[:, 10:], position_ids=torch.arange(10, ids.shape[1])[None],
+                     **{cache_kwarg(model): prefix}).logits
+    torch.testing.assert_close(rest, out.logits[:, 10:], atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="length = 1000"):
+        crop_cache(cache, 1000)
+    with pytest.raises(TypeError, match="DynamicCache"):
+        crop_cache((), 1)
+    assert non_embedding_params(model) == ab.non_embedding_params(model)

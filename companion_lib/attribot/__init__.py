@@ -6,7 +6,8 @@ r"""AttriBoT: a bag of tricks for fast leave-one-out context attribution (Liu, K
 * :mod:`.methods`: :class:`Scorer` (a model with a cost meter), exact :func:`loo` with or without a KV
   cache, :func:`hierarchical_loo`, :func:`pruned_loo`, the baselines :func:`context_cite` and
   :func:`attention_attribution`, :func:`generate_response`, and the faithfulness metrics.
-* :mod:`.experiment`: every method on the same prompts (:func:`run_methods`, :func:`summarize`).
+* :mod:`.experiment`: every method on the same prompts (:func:`run_methods`, :func:`summarize`), and the
+  paired comparison of two methods' mAP (:func:`map_difference`, :func:`paired_interval`).
 """
 
 from .prompt import ContextPrompt
@@ -16,13 +17,15 @@ from .task import (FAMILY, FamilyMember, answer_accuracy, load_member, make_exam
 from .methods import (FLOOR, Attribution, Scorer, attention_attribution, average_precision,
                       check_same_tokenizer, context_cite, faithfulness, generate_response, hierarchical_loo,
                       lasso_surrogate, loo, pareto_front, pruned_loo, timed, topk_recall)
-from .experiment import method_specs, run_methods, summarize
+from .experiment import (map_difference, method_specs, paired_interval, per_prompt_ap, per_seed_table, run_methods,
+                         summarize)
 
 __all__ = [
-    "FAMILY", "FLOOR", "Attribution", "ContextPrompt", "FamilyMember", "Scorer", "answer_accuracy",
+    "Attribution", "ContextPrompt", "FAMILY", "FLOOR", "FamilyMember", "Scorer", "answer_accuracy",
     "attention_attribution", "average_precision", "check_same_tokenizer", "context_cite", "faithfulness",
     "generate_response", "hierarchical_loo", "lasso_surrogate", "load_member", "loo", "make_example",
-    "make_prompts", "method_specs", "non_embedding_params", "pareto_front", "pruned_loo", "run_methods",
-    "summarize", "task_tokenizer", "task_vocabulary", "timed", "topk_recall", "train_family", "train_member",
+    "make_prompts", "map_difference", "method_specs", "non_embedding_params", "paired_interval",
+    "pareto_front", "per_prompt_ap", "per_seed_table", "pruned_loo", "run_methods", "summarize",
+    "task_tokenizer", "task_vocabulary", "timed", "topk_recall", "train_family", "train_member",
     "training_batch",
 ]

@@ -11,10 +11,13 @@ import time
 import numpy as np
 import pandas as pd
 
-from .methods import (Attribution, Scorer, attention_attribution, context_cite, faithfulness,
+from scipy import stats
+
+from .methods import (Attribution, Scorer, attention_attribution, average_precision, context_cite, faithfulness,
                       hierarchical_loo, loo, pruned_loo)
 
-__all__ = ["method_specs", "run_methods", "summarize"]
+__all__ = ["method_specs", "run_methods", "summarize", "per_prompt_ap", "paired_interval", "map_difference",
+           "per_seed_table"]
 
 
 def method_specs(target: Scorer, mid: Scorer, small: Scorer, keep_groups: int = 2, keep_sources: int = 4,
@@ -63,3 +66,55 @@ def summarize(results: dict, truth: str = "exact LOO", threshold: float = 1.0, k
                      "spearman": f["spearman"], "cost speed-up": results[truth]["cost"] / r["cost"],
                      "CPU speed-up": results[truth]["cpu"] / r["cpu"], "CPU s": r["cpu"]})
     return pd.DataFrame(rows).set_index("method")
+
+
+def per_prompt_ap(results: dict, method: str, truth: str = "exact LOO", threshold: float = 1.0) -> np.ndarray:
+    """Average precision of ``method`` on each prompt (``nan`` where no source has truth LOO > ``threshold``)."""
+    if method not in results or truth not in results:
+        raise KeyError(f"method {method!r} or truth {truth!r} is not among the results")
+    out = []
+    for att, t in zip(results[method]["attributions"], results[truth]["attributions"]):
+        rel = t.scores > threshold
+        out.append(average_precision(att.rank_scores, rel) if rel.any() else np.nan)
+    return np.array(out)
+
+
+def paired_interval(diff, level: float = 0.95) -> dict:
+    r"""Mean of paired differences and its two-sided Student-t interval at ``level`` (``nan`` entries dropped).
+
+    :math:`\bar d \pm t_{n-1,(1+\text{level})/2}\, s_d/\sqrt n`: the lower end is what a check stricter
+    than "the mean clears the margin" compares with the margin.
+    """
+    d = np.asarray(diff, float)
+    d = d[~np.isnan(d)]
+    if d.size < 2:
+        raise ValueError(f"diff needs at least two non-nan entries, got {d.size}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    m, se = float(d.mean()), float(d.std(ddof=1) / np.sqrt(d.size))
+    half = float(stats.t.ppf(0.5 + level / 2, d.size - 1)) * se
+    return {"mean": m, "lo": m - half, "hi": m + half, "se": se, "n": int(d.size)}
+
+
+def map_difference(results: dict, method: str, baseline: str, truth: str = "exact LOO", threshold: float = 1.0,
+                   level: float = 0.95) -> dict:
+    """Paired interval of AP(``method``) - AP(``baseline``) over the prompts (see :func:`paired_interval`)."""
+    return paired_interval(per_prompt_ap(results, method, truth, threshold)
+                           - per_prompt_ap(results, baseline, truth, threshold), level)
+
+
+def per_seed_table(results: dict, blocks: dict, method: str, baselines: list, proxy: str,
+                   truth: str = "exact LOO", threshold: float = 1.0) -> pd.DataFrame:
+    """One row per block of prompts (``{seed: indices}``): the proxy's Pearson r with the truth and the mAP
+    lead of ``method`` over each baseline, to show how much the run's statistics move between seeds."""
+    truths = [a.scores for a in results[truth]["attributions"]]
+    ap = {n: per_prompt_ap(results, n, truth, threshold) for n in [method, *baselines]}
+    rows = {}
+    for seed, idx in blocks.items():
+        idx = list(idx)
+        x = np.concatenate([results[proxy]["attributions"][i].filled for i in idx])
+        row = {f"r({proxy})": float(stats.pearsonr(x, np.concatenate([truths[i] for i in idx]))[0])}
+        for b in baselines:
+            row[f"mAP lead over {b}"] = float(np.nanmean(ap[method][idx] - ap[b][idx]))
+        rows[seed] = row
+    return pd.DataFrame(rows).T.rename_axis("prompt seed")

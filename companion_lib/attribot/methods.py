@@ -23,7 +23,6 @@ the forward FLOPs) by :class:`Scorer`.
 from __future__ import annotations
 
 import copy
-import inspect
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from sklearn.metrics import average_precision_score
 from transformers import DynamicCache
 
 from ..common.validation import check_positive_int, check_probability
+from ..tinylm import cache_kwarg, crop_cache
 from .prompt import ContextPrompt
 from .task import non_embedding_params
 
@@ -45,11 +45,6 @@ __all__ = ["Scorer", "Attribution", "check_same_tokenizer", "loo", "hierarchical
 
 #: Rank score given to a source a method did not score (plus a tie-break in nats), below every real score.
 FLOOR = -1e9
-
-
-def _cache_kwarg(model) -> str:
-    """``cache`` in transformers 5.x (``past_key_values`` is deprecated), ``past_key_values`` before."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 class Scorer:
@@ -64,7 +59,7 @@ class Scorer:
             raise TypeError("model must be a Hugging Face causal LM")
         self.model, self.tokenizer, self.name = model, tokenizer, name
         self.n_params = non_embedding_params(model)
-        self._kw = _cache_kwarg(model)
+        self._kw = cache_kwarg(model)
         self._eager = None
         self.reset()
 
@@ -113,9 +108,7 @@ class Scorer:
             return self.loglik(ids, positions)
         if min(positions) <= prefix_len:
             raise ValueError("every response position must lie after the cached prefix")
-        prefix = DynamicCache()
-        for layer_idx, layer in enumerate(cache.layers):
-            prefix.update(layer.keys[:, :, :prefix_len], layer.values[:, :, :prefix_len], layer_idx)
+        prefix = crop_cache(cache, prefix_len)      # companion_lib.tinylm: a copy of the first prefix_len positions
         suffix = ids[prefix_len:]
         self._count(len(suffix))
         pos = torch.arange(prefix_len, len(ids))[None]
@@ -237,7 +230,9 @@ def lasso_surrogate(masks: np.ndarray, y: np.ndarray, alpha: float = 0.01) -> np
     r"""ContextCite's surrogate: Lasso of ``y`` on standardized ablation masks, weights rescaled to mask units.
 
     Minimises :math:`\frac1{2m}\lVert y - b - Z w\rVert^2 + \alpha\lVert w\rVert_1` with
-    :math:`Z_{ij}=(M_{ij}-\bar M_j)/s_j` and returns :math:`w_j/s_j` (0 for a constant column).
+    :math:`Z_{ij}=(M_{ij}-\bar M_j)/s_j` and returns :math:`w_j/s_j` (0 for a constant column). The
+    coordinate descent runs to convergence: scikit-learn's default cap of 1000 sweeps stopped early on
+    some prompts of the chapter (a ``ConvergenceWarning``), which left the baseline short of its own fit.
     """
     masks = np.asarray(masks, dtype=float)
     y = np.asarray(y, dtype=float)
@@ -250,7 +245,7 @@ def lasso_surrogate(masks: np.ndarray, y: np.ndarray, alpha: float = 0.01) -> np
     w = np.zeros(masks.shape[1])
     if ok.any():
         Z = (masks[:, ok] - mean[ok]) / std[ok]
-        w[ok] = Lasso(alpha=alpha, fit_intercept=True).fit(Z, y).coef_ / std[ok]
+        w[ok] = Lasso(alpha=alpha, fit_intercept=True, max_iter=100_000).fit(Z, y).coef_ / std[ok]
     return w
 
 

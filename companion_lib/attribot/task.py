@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from ..common.validation import check_positive_int
-from ..tinylm import gpt2_config, tiny_causal_lm, train_loop, word_tokenizer
+from ..tinylm import gpt2_config, non_embedding_params, tiny_causal_lm, train_loop, word_tokenizer
 from .prompt import ContextPrompt
 
 __all__ = ["N_CATEGORIES", "WORDS_PER_CATEGORY", "N_FILLERS", "task_vocabulary", "task_tokenizer",
@@ -158,11 +158,6 @@ class FamilyMember:
 #: The target and its two proxies (the research note's family; the small proxy is under-trained on purpose).
 FAMILY = (FamilyMember("target", 96, 3, 4, 150), FamilyMember("proxy-mid", 48, 2, 4, 400),
           FamilyMember("proxy-small", 32, 2, 2, 180))
-
-
-def non_embedding_params(model: nn.Module) -> int:
-    """Parameters outside the token and position embeddings (the FLOP proxy's :math:`N`)."""
-    return int(sum(p.numel() for n, p in model.named_parameters() if "wte" not in n and "wpe" not in n))
 
 
 def _answer_loss(model: nn.Module, batch) -> torch.Tensor:

@@ -4,12 +4,14 @@ Everything here takes any Hugging Face causal LM (``GPT2LMHeadModel``, ``LlamaFo
 reader with hub access can pass a real checkpoint instead of the tiny models the chapters train.
 
 * Building: :func:`word_tokenizer` (a word-level ``PreTrainedTokenizerFast``), :func:`gpt2_config`,
-  :func:`llama_config`, :func:`tiny_causal_lm` (seeded through a private stream).
+  :func:`llama_config`, :func:`tiny_causal_lm` (seeded through a private stream),
+  :func:`non_embedding_params` (the :math:`N` of the :math:`2N` FLOPs-per-token estimate).
 * Training: :func:`train_lm` (AdamW, checkpoints, a progress bar, a ``torch.Generator``), :func:`lm_loss`,
   and the plain :func:`train_loop` with :func:`minibatches`.
 * Scoring: :func:`response_logprobs` (:math:`\log\pi(y\mid x)=\sum_t\log\pi(y_t\mid x, y_{<t})`, padded
   prompts, a response vocabulary), :func:`sequence_logprobs` (labels with -100), :func:`encode_pairs`,
   :func:`prefix_cache` and :func:`cached_response_logprobs` (a shared context's key/value cache),
+  :func:`crop_cache` (a copy of a cache's first positions, for a shared prefix), :func:`cache_kwarg`,
   :func:`all_responses`, :func:`exact_response_logprobs` (every response of a small space), and
   :class:`LastTokenScorer` (a scalar head on the last real token: a reward model on an LM trunk).
 * Inside the model: :func:`layer_adapter` (blocks, final norm, unembedding), :func:`capture_activations`,
@@ -17,10 +19,10 @@ reader with hub access can pass a real checkpoint instead of the tiny models the
 * For sparse autoencoders: :class:`ActivationStore`, :func:`spliced_loss`.
 """
 
-from .model import (LastTokenScorer, gpt2_config, last_positions, llama_config, position_ids_from_mask,
-                    tiny_causal_lm)
-from .likelihood import (PrefixCache, all_responses, cached_response_logprobs, encode_pairs,
-                         exact_response_logprobs, prefix_cache, response_logprobs, sequence_logprobs)
+from .model import (LastTokenScorer, gpt2_config, last_positions, llama_config, non_embedding_params,
+                    position_ids_from_mask, tiny_causal_lm)
+from .likelihood import (PrefixCache, all_responses, cache_kwarg, cached_response_logprobs, crop_cache,
+                         encode_pairs, exact_response_logprobs, prefix_cache, response_logprobs, sequence_logprobs)
 from .training import TrainResult, lm_loss, minibatches, train_lm, train_loop
 from .tokenizer import SPECIAL_TOKENS, word_tokenizer
 from .hooks import (LayerAdapter, capture_activations, decode_hidden, hidden_jacobian, layer_adapter,
@@ -29,9 +31,9 @@ from .activations import ActivationStore, spliced_loss
 
 __all__ = [
     "ActivationStore", "LastTokenScorer", "LayerAdapter", "PrefixCache", "SPECIAL_TOKENS", "TrainResult",
-    "all_responses", "cached_response_logprobs", "capture_activations", "decode_hidden", "encode_pairs",
-    "exact_response_logprobs", "gpt2_config", "hidden_jacobian", "last_positions", "layer_adapter",
-    "llama_config", "lm_loss", "minibatches", "patch_activations", "position_ids_from_mask", "prefix_cache",
-    "response_logprobs", "run_from_layer", "sequence_logprobs", "spliced_loss", "tiny_causal_lm", "train_lm",
-    "train_loop", "word_tokenizer",
+    "all_responses", "cache_kwarg", "cached_response_logprobs", "capture_activations", "crop_cache",
+    "decode_hidden", "encode_pairs", "exact_response_logprobs", "gpt2_config", "hidden_jacobian",
+    "last_positions", "layer_adapter", "llama_config", "lm_loss", "minibatches", "non_embedding_params",
+    "patch_activations", "position_ids_from_mask", "prefix_cache", "response_logprobs", "run_from_layer",
+    "sequence_logprobs", "spliced_loss", "tiny_causal_lm", "train_lm", "train_loop", "word_tokenizer",
 ]

@@ -27,7 +27,7 @@ import torch
 from .model import position_ids_from_mask
 
 __all__ = ["response_logprobs", "all_responses", "exact_response_logprobs", "sequence_logprobs",
-           "encode_pairs", "PrefixCache", "prefix_cache", "cached_response_logprobs"]
+           "encode_pairs", "PrefixCache", "prefix_cache", "cached_response_logprobs", "cache_kwarg", "crop_cache"]
 
 
 def _as_ids(x: object, name: str, ndim: int) -> torch.Tensor:
@@ -205,10 +205,38 @@ def encode_pairs(tokenizer, contexts: Sequence[str], responses: Sequence[str]) -
     return {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
 
 
-def _cache_kwarg(model) -> str:
-    """The name under which this transformers version takes the key/value cache (``cache`` in 5.x)."""
+def cache_kwarg(model) -> str:
+    """The name under which this transformers version takes the key/value cache (``cache`` in 5.x,
+    where ``past_key_values`` is deprecated; ``past_key_values`` before)."""
     params = inspect.signature(model.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
+
+
+_cache_kwarg = cache_kwarg  # the former private name
+
+
+def crop_cache(cache, length: int):
+    """A new :class:`~transformers.DynamicCache` holding the first ``length`` positions of ``cache``.
+
+    The keys and values of a shared prefix do not depend on what follows it, so a sequence that agrees
+    with the cached one on its first ``length`` tokens can run only its remaining tokens on top of this
+    copy (positions ``length, length + 1, ...``). ``cache`` itself is left untouched (unlike
+    ``DynamicCache.crop``, which works in place and in transformers 5 takes a negative count).
+    """
+    from transformers import DynamicCache
+
+    layers = getattr(cache, "layers", None)
+    if layers is None:
+        raise TypeError(f"cache must be a transformers DynamicCache, got {type(cache).__name__}")
+    if isinstance(length, bool) or not isinstance(length, int) or length < 0:
+        raise ValueError(f"length must be a non-negative int, got {length!r}")
+    cached = cache.get_seq_length()
+    if length > cached:
+        raise ValueError(f"length = {length} is longer than the cached sequence ({cached} positions)")
+    prefix = DynamicCache()
+    for layer_idx, layer in enumerate(layers):
+        prefix.update(layer.keys[:, :, :length], layer.values[:, :, :length], layer_idx)
+    return prefix
 
 
 @dataclass

@@ -11,7 +11,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 from ..common.validation import check_positive_int
 
 __all__ = ["gpt2_config", "llama_config", "tiny_causal_lm", "LastTokenScorer", "last_positions",
-           "position_ids_from_mask"]
+           "position_ids_from_mask", "non_embedding_params"]
 
 
 _positive_int = check_positive_int  # shared with the other chapters (companion_lib.common.validation)
@@ -80,6 +80,16 @@ def tiny_causal_lm(config: PretrainedConfig, seed: int | None = None,
             model = cls(config)
     model.eval()  # no dropout in the tiny configs; eval() also makes the forward deterministic
     return model
+
+
+def non_embedding_params(model: nn.Module) -> int:
+    r"""Parameters outside every embedding table (token and learned position embeddings).
+
+    This is the :math:`N` of the usual forward-cost estimate of :math:`2N` FLOPs per token; a tied output
+    head counts as the token embedding it shares.
+    """
+    emb = {id(p) for m in model.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
+    return int(sum(p.numel() for p in model.parameters() if id(p) not in emb))
 
 
 def last_positions(attention_mask: torch.Tensor) -> torch.Tensor:
