@@ -20,14 +20,14 @@ def _iv(iv) -> str:
     return f"{iv[0]:+.3f} [{iv[1]:+.3f}, {iv[2]:+.3f}]"
 
 
-def claims_table(*, acc, tri, rp, uf, gap_small, red, ctx_iv, bp_iv, vs_fc, drops, sens_iv) -> ClaimTable:
+def claims_table(*, acc, tri, rp, uf, gap_small, red, ctx_iv, bp_iv, drops, sens_drops, sens_iv) -> ClaimTable:
     """The chapter's :class:`ClaimTable` (kinds and criteria fixed; checks computed from the arguments).
 
     ``tri``, ``rp``, ``uf``: accuracies per network; ``gap_small``: seed-mean heuristic minus random
     projection at N = 10 and 20; ``red``: label-redundant atoms per epoch; ``ctx_iv``, ``bp_iv``: paired
-    intervals (trivariate - bivariate per network; backprop - trivariate per seed); ``vs_fc``: paired
-    intervals of drop({F}{C}) - drop(X) for the other atoms X of the 4-atom goal; ``drops``: drops per
-    network from zeroing each atom; ``sens_iv``: paired intervals of the drop of each perturbation.
+    intervals (trivariate - bivariate, backprop - trivariate, per network); ``drops``: accuracy drops
+    per network from zeroing each atom of the 4-atom goal; ``sens_drops``: drops per network of each
+    perturbation of the optimised goal, ``sens_iv`` their paired intervals.
     """
     n = len(acc)
     claims = ClaimTable(CHAPTER)
@@ -50,13 +50,17 @@ def claims_table(*, acc, tri, rp, uf, gap_small, red, ctx_iv, bp_iv, vs_fc, drop
         reason="the gap's seed-to-seed spread straddles the margin (first run: one of three seeds at 0.246; "
                "twelve development seeds: 0.22 to 0.44); the unique-F hidden layer still passes "
                "label-relevant features to the output layer")
+    others = drops.drop(columns="{F}{C}")
+    fc_largest = drops["{F}{C}"].gt(others.max(axis=1))
     claims.does_not_reproduce(
         "{F}{C} is the indispensable atom of the 4-atom goal", paper="cumulative zeroing (Fig.): error jumps to ~0.2",
-        book=f"drop {drops['{F}{C}'].mean():+.3f} vs others up to {drops.drop(columns='{F}{C}').mean().max():+.3f}",
-        criterion="drop(zero {F}{C}) - drop(zero X) > 0 for every other atom X, lower end of the paired 95% interval",
-        check=bool(all(iv[1] > 0 for iv in vs_fc.values())),
-        reason="declared to hold in the first version; it failed on seed sets 11-13, 21-23 and 101-103: zeroing "
-               "any one atom costs about one test image, within seed noise, since {F}{C}{L} also carries the label")
+        book=f"drop {drops['{F}{C}'].mean():+.3f} vs others up to {others.mean().max():+.3f}; "
+             f"largest on {int(fc_largest.sum())} of {n} networks",
+        criterion="drop(zero {F}{C}) > drop(zero X) for every other atom X, on every network",
+        check=bool(fc_largest.all()),
+        reason="declared to hold in the first version; it failed on seed sets 11-13, 21-23 and 101-103. Zeroing "
+               "{F}{C} costs about one to two percentage points, a little more than the other atoms on average, "
+               "far from the paper's collapse: {F}{C}{L} also carries the label")
     claims.holds("Trained neurons accumulate label-redundant information", paper="atoms logged per epoch",
                  book=f"{red[0]:.3f} -> {red[-1]:.3f} bits",
                  criterion="Pi_{F}{C}{L} + Pi_{F}{C} grows by > 0.05 bits (mean over networks)",
@@ -68,22 +72,25 @@ def claims_table(*, acc, tri, rp, uf, gap_small, red, ctx_iv, bp_iv, vs_fc, drop
         reason="digits at N <= 80 is too easy and small for the lateral advantage, which shows on MNIST at N >= 50")
     claims.does_not_reproduce(
         "Infomorphic learning matches backprop", paper="Fig. 3: 0.952 vs 0.954 (optimised goal, N=100)",
-        book=_iv(bp_iv), criterion="backprop - heuristic (seed means) at N=30: upper end of the 95% interval <= 0.02",
+        book=_iv(bp_iv), criterion="backprop - heuristic at N=30: upper end of the paired 95% interval <= 0.02",
         check=bool(bp_iv[2] <= 0.02),
         reason="heuristic (not optimised) goal, 5-bin PID estimates from 256-sample batches, no goal search")
-    worst = max(sens_iv, key=lambda c: sens_iv[c][2])
-    claims.holds("The optimised goal is insensitive to small changes of its most sensitive coefficients",
-                 paper="goal-sensitivity figure: drops <= 0.016 from 0.948",
-                 book=f"largest upper end {sens_iv[worst][2]:+.3f} ({worst})",
-                 criterion="each of the 5 perturbations: upper end of the paired 95% interval of the drop < 0.03",
-                 check=bool(all(iv[2] < 0.03 for iv in sens_iv.values())))
-    f_iv = sens_iv["{F} +0.1"]
+    worst = max(sens_iv, key=lambda c: sens_iv[c][0])
+    claims.does_not_reproduce(
+        "The optimised goal is insensitive to small changes of its most sensitive coefficients",
+        paper="goal-sensitivity figure: drops <= 0.016 from 0.948",
+        book=f"largest mean drop {sens_iv[worst][0]:+.3f} ({worst}); largest single {sens_drops.to_numpy().max():+.3f}",
+        criterion="each of the 5 perturbations: drop < 0.03 on every network",
+        check=bool((sens_drops < 0.03).to_numpy().all()),
+        reason="declared to hold in this version's first runs (upper end of the paired 95% interval < 0.03); "
+               "it failed on seed set 11-13: zeroing {F}{C}{L} or {F}{L} costs about a percentage point on "
+               "average, with a network-to-network spread that reaches the margin")
     claims.does_not_reproduce(
         "Unique {F} +0.1 (the paper's most harmful perturbation) costs accuracy",
-        paper="goal-sensitivity figure: 0.948 -> 0.932", book=_iv(f_iv),
-        criterion="drop of {F} +0.1: lower end of the paired 95% interval > 0", check=bool(f_iv[1] > 0),
+        paper="goal-sensitivity figure: 0.948 -> 0.932", book=_iv(sens_iv["{F} +0.1"]),
+        criterion="drop of {F} +0.1 > 0 on every network", check=bool((sens_drops["{F} +0.1"] > 0).all()),
         reason="the paper's drops (0.007-0.016 on MNIST at N=100) are below what digits runs at N=30 resolve; "
-               "single-atom changes of the 4-atom goal are within seed noise here")
+               "the development sets gave paired intervals that include zero")
     claims.not_run("Goal sensitivity of the other coefficients and perturbations (19 x 5 in the paper)",
                    paper="goal-sensitivity figure: median 0.948",
                    reason="only the five perturbations the paper found most harmful are run; the full grid is "
