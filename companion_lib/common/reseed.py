@@ -59,8 +59,9 @@ def run_with_seeds(md: Path, seeds: list[int], out_dir: Path, timeout: int = 180
     if not any("parameters" in c.get("metadata", {}).get("tags", []) for c in nb.cells):
         raise ValueError(f"{md} has no cell tagged 'parameters'")
     out_dir.mkdir(parents=True, exist_ok=True)
-    src = out_dir / f"{md.stem}.input.ipynb"
-    dst = out_dir / f"{md.stem}.seeds-{'-'.join(map(str, seeds))}.ipynb"
+    tag = "seeds-" + "-".join(map(str, seeds))   # one file per seed set: two re-runs at once do not collide
+    src = out_dir / f"{md.stem}.{tag}.input.ipynb"
+    dst = out_dir / f"{md.stem}.{tag}.ipynb"
     nbformat.write(nb, src)
     error = None
     try:
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     with tempfile.TemporaryDirectory(prefix="reseed-cache-") as cache:
         os.environ["BOOK_CACHE_DIR"] = cache
-        os.environ["BOOK_CLAIMS_DIR"] = str(out / "claims")
+        os.environ["BOOK_CLAIMS_DIR"] = str(out / ("claims-seeds-" + "-".join(map(str, seeds))))
         for md in reproduce_notebooks(folder):
             print(f"{folder.name}/{md.name} with seeds={seeds} ...", flush=True)
             data, error = run_with_seeds(md, seeds, out)
