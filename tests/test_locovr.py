@@ -218,3 +218,113 @@ def test_clears_margin_plain_and_strict():
         lv.clears_margin([np.ones(3)], [np.ones(4)], 0.9)
     with pytest.raises(ValueError, match="equal length"):
         lv.clears_margin([np.ones(3)], [], 0.9)
+
+
+# The fast forms below must give bitwise the numbers of the plain array forms they replace (the book's
+# results were computed with those): each is compared here with the array form written out.
+
+def _reference_walk(occ, clear, gx, gy, routes, x, goals, v0, p):
+    """The simulator's time loop in its plain array form (np.linalg.norm, np.cumsum, np.clip, np.where)."""
+    size = occ.shape[0]
+
+    def target(route, k, x):
+        d = np.linalg.norm(route[k:] - x, axis=1)
+        k = k + int(np.argmin(d[: max(1, int(6 / (lv.ROOM_M / 64)))]))
+        ahead = np.cumsum(np.r_[0, np.linalg.norm(np.diff(route[k:], axis=0), axis=1)])
+        return route[min(k + int(np.searchsorted(ahead, p.lookahead)), len(route) - 1)], k
+
+    def cell(q):
+        return (int(np.clip(q[1] // (lv.ROOM_M / size), 0, size - 1)), int(np.clip(q[0] // (lv.ROOM_M / size), 0, size - 1)))
+
+    x, v, ks, arrived, traj = x.copy(), np.zeros((2, 2)), [0, 0], np.zeros(2, dtype=bool), [x.copy()]
+    for _ in range(int(p.max_time / p.dt)):
+        e = np.zeros((2, 2))
+        for i in range(2):
+            tgt, ks[i] = target(routes[i], ks[i], x[i])
+            d = tgt - x[i]
+            e[i] = d / (np.linalg.norm(d) + 1e-9)
+        f = (v0[:, None] * e - v) / p.tau
+        for i, j in ((0, 1), (1, 0)):
+            d = x[i] - x[j]
+            dist = np.linalg.norm(d) + 1e-9
+            n = d / dist
+            cos_phi = float(-n @ e[i])
+            f[i] += p.A * np.exp((2 * p.radius - dist) / p.B) * n * lv.anisotropy(cos_phi, p.lam)
+            if dist < 3.0 and cos_phi > 0.8 and float((v[i] - v[j]) @ n) < 0:
+                f[i] += p.sidestep * np.array([e[i][1], -e[i][0]])
+        for i in range(2):
+            r, c = cell(x[i])
+            grad = np.array([gx[r, c], gy[r, c]])
+            gn = np.linalg.norm(grad)
+            if gn > 0:
+                f[i] += p.A_wall * np.exp((p.radius - clear[r, c]) / p.B_wall) * grad / gn
+        v = v + p.dt * f
+        speed = np.linalg.norm(v, axis=1, keepdims=True)
+        v = np.where(speed > 1.3 * v0[:, None], v * 1.3 * v0[:, None] / np.maximum(speed, 1e-9), v)
+        v[arrived] = 0.0
+        for i in range(2):
+            if arrived[i]:
+                continue
+            new = x[i] + p.dt * v[i]
+            if occ[cell(new)]:
+                for trial in (np.array([new[0], x[i][1]]), np.array([x[i][0], new[1]])):
+                    if not occ[cell(trial)]:
+                        new = trial
+                        break
+                else:
+                    new = x[i]
+                v[i] = (new - x[i]) / p.dt
+            x[i] = new
+            if np.linalg.norm(x[i] - goals[i]) < p.goal_tol:
+                arrived[i] = True
+                v[i] = 0.0
+        traj.append(x.copy())
+        if arrived[0]:
+            break
+    return np.array(traj), bool(arrived[0])
+
+
+def test_fast_walk_is_bitwise_the_array_form():
+    from companion_lib.locovr import sim
+    p = lv.SocialForceParams()
+    for seed in range(6):
+        rng = np.random.default_rng(seed)
+        occ = lv.make_floorplan(rng)
+        clear, gy, gx, cost, free = sim._layout_maps(occ.tobytes(), occ.shape)
+        assert np.array_equal(clear, lv.clearance_m(occ)) and np.array_equal(cost, lv.route_cost(occ))
+        assert np.array_equal(free, np.argwhere(lv.clearance_m(occ) >= 0.35))
+        r1, r2 = np.random.default_rng(seed), np.random.default_rng(seed)
+        assert np.array_equal(sim._free_point(r1, free, 64), lv.sample_free_point(r2, occ))
+        s1, g1, s2, g2 = (lv.sample_free_point(rng, occ) for _ in range(4))
+        if seed % 2:             # head-on: person 2 walks person 1's route backwards
+            s2, g2 = g1 + 0.05, s1 + 0.05
+            s2, g2 = (q if not occ[lv.to_cell(q, 64)] else q - 0.05 for q in (s2, g2))
+        routes = [np.vstack([lv.astar_route(occ, a, b, cost)[:-1], b]) for a, b in ((s1, g1), (s2, g2))]
+        args = (occ, clear, gx, gy, routes, np.array([s1, s2]), np.array([g1, g2]), rng.uniform(1.0, 1.4, 2), p)
+        fast, ref = sim._walk(*args), _reference_walk(*args)
+        assert fast[1] == ref[1] and fast[0].shape == ref[0].shape and fast[0].tobytes() == ref[0].tobytes()
+
+
+def test_fast_helpers_are_bitwise_the_array_forms():
+    from companion_lib.locovr import sim, tasks
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        route = np.cumsum(rng.uniform(-0.2, 0.2, size=(int(rng.integers(2, 80)), 2)), axis=0) + 5
+        k, x = int(rng.integers(0, len(route))), rng.uniform(3, 7, 2)
+        d = np.linalg.norm(route[k:] - x, axis=1)
+        k_ref = k + int(np.argmin(d[:38]))
+        ahead = np.cumsum(np.r_[0, np.linalg.norm(np.diff(route[k_ref:], axis=0), axis=1)])
+        ref = route[min(k_ref + int(np.searchsorted(ahead, 1.0)), len(route) - 1)]
+        for seg in (None, np.linalg.norm(np.diff(route, axis=0), axis=1).tolist()):
+            tgt, k_new = sim._target(route, k, x, 1.0, seg)
+            assert k_new == k_ref and tgt.tobytes() == ref.tobytes()
+    for q in rng.uniform(-2, 12, size=(200, 2)):
+        assert lv.to_cell(q, 64) == (int(np.clip(q[1] // (10 / 64), 0, 63)), int(np.clip(q[0] // (10 / 64), 0, 63)))
+    for n in (1, 5):
+        pts = rng.uniform(0, 10, size=(n, 2))
+        g = (np.arange(32) + 0.5) * (10 / 32)
+        X, Y = np.meshgrid(g, g)
+        ref = np.zeros((32, 32))
+        for q in pts:
+            ref = np.maximum(ref, np.exp(-((X - q[0]) ** 2 + (Y - q[1]) ** 2) / (2 * (10 / 32) ** 2)))
+        assert tasks._blobs(pts, 32).tobytes() == ref.tobytes()

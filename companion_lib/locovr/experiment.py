@@ -96,7 +96,7 @@ def map_tasks(train: dict, test: dict, seed: int, steps: int = 200, batch: int =
     averaged over all its draws). Returns per-sample arrays, the training seconds and one example."""
     occ_c = [downsample(o, o.shape[0] // res) for o in test["occ"]]
     Xp_test, _ = rasterise(test, res)
-    Xg_test, _ = rasterise(test, res, with_goal=False)
+    Xg_test = np.ascontiguousarray(Xp_test[:, :-1])   # = rasterise(test, res, with_goal=False)[0]
     rand = []
     for o, g in zip(occ_c, test["goal"]):
         free = (np.argwhere(~o)[:, ::-1] + 0.5) * (10.0 / res)
@@ -114,7 +114,7 @@ def map_tasks(train: dict, test: dict, seed: int, steps: int = 200, batch: int =
         net = train_unet(X, Y, steps=steps, batch=batch, width=width, seed=seed)
         prob = predict_maps(net, Xp_test)
         chamfer[name] = path_chamfers(prob, test)
-        Xg, _ = rasterise(tr, res, with_goal=False)
+        Xg = np.ascontiguousarray(X[:, :-1])            # = rasterise(tr, res, with_goal=False)[0]
         gnet = train_unet(Xg, goal_targets(tr, res), loss="ce", steps=steps, batch=batch, width=width, seed=seed)
         gmap = predict_maps(gnet, Xg_test)
         pred = np.array([goal_from_map(m, o) for m, o in zip(gmap, occ_c)])
