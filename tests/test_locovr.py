@@ -224,7 +224,7 @@ def test_clears_margin_plain_and_strict():
 # results were computed with those): each is compared here with the array form written out.
 
 def _reference_walk(occ, clear, gx, gy, routes, x, goals, v0, p):
-    """The simulator's time loop in its plain array form (np.linalg.norm, np.cumsum, np.clip, np.where)."""
+    """The simulator's time loop in its plain array form (social_forces, np.linalg.norm, np.cumsum, np.clip)."""
     size = occ.shape[0]
 
     def target(route, k, x):
@@ -243,15 +243,7 @@ def _reference_walk(occ, clear, gx, gy, routes, x, goals, v0, p):
             tgt, ks[i] = target(routes[i], ks[i], x[i])
             d = tgt - x[i]
             e[i] = d / (np.linalg.norm(d) + 1e-9)
-        f = (v0[:, None] * e - v) / p.tau
-        for i, j in ((0, 1), (1, 0)):
-            d = x[i] - x[j]
-            dist = np.linalg.norm(d) + 1e-9
-            n = d / dist
-            cos_phi = float(-n @ e[i])
-            f[i] += p.A * np.exp((2 * p.radius - dist) / p.B) * n * lv.anisotropy(cos_phi, p.lam)
-            if dist < 3.0 and cos_phi > 0.8 and float((v[i] - v[j]) @ n) < 0:
-                f[i] += p.sidestep * np.array([e[i][1], -e[i][0]])
+        f = lv.social_forces(x, v, e, v0, p)
         for i in range(2):
             r, c = cell(x[i])
             grad = np.array([gx[r, c], gy[r, c]])

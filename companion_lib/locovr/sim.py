@@ -74,7 +74,7 @@ def social_forces(x: np.ndarray, v: np.ndarray, e: np.ndarray, v0: np.ndarray,
     f = (v0[:, None] * e - v) / p.tau
     for i, j in ((0, 1), (1, 0)):
         d = x[i] - x[j]
-        dist = _vnorm(d) + 1e-9
+        dist = np.linalg.norm(d) + 1e-9
         n = d / dist                                   # from j to i
         cos_phi = float(-n @ e[i])                     # j straight ahead of i: cos = 1
         f[i] += p.A * np.exp((2 * p.radius - dist) / p.B) * n * anisotropy(cos_phi, p.lam)
