@@ -249,7 +249,8 @@ def train_saes(Xs, width: int, k: int, kind: str = "batchtopk", steps: int = 300
     b_dec = torch.zeros(R, d) if fix_b_dec_zero else torch.stack([X.mean(0) for X in Xs])
     for t in (W_enc, b_enc, W_dec, b_dec):
         t.requires_grad_(True)
-    opt = torch.optim.Adam([W_enc, b_enc, W_dec] + ([] if fix_b_dec_zero else [b_dec]), lr=lr)
+    params = [W_enc, b_enc, W_dec] + ([] if fix_b_dec_zero else [b_dec])
+    opt = torch.optim.Adam(params, lr=lr)
     # batches: B_r rows for model r (every row when the batch covers the data), padded to B rows
     sizes = [min(batch_size, X.shape[0]) for X in Xs]
     full = [batch_size >= X.shape[0] for X in Xs]
@@ -258,6 +259,10 @@ def train_saes(Xs, width: int, k: int, kind: str = "batchtopk", steps: int = 300
     n_keep = torch.tensor(sizes) * k                                             # batch top-k per model
     keep_rank = torch.arange(B * k)[None, :] < n_keep[:, None]
     inv_size = 1.0 / torch.tensor(sizes, dtype=torch.float32)
+    # every model's batch fills all B rows: the masks are all ones, and multiplying by them (forward or
+    # backward) changes no bit, so they are skipped; batch top-k then keeps all B*k values, in any order
+    all_valid = all(size == B for size in sizes)
+    mask = None if all_valid else valid[:, :, None]
     rows_full = torch.zeros(R, B, d)
     for r, X in enumerate(Xs):
         if full[r]:
@@ -265,49 +270,59 @@ def train_saes(Xs, width: int, k: int, kind: str = "batchtopk", steps: int = 300
     same = not any(full) and len({X.shape[0] for X in Xs}) == 1
     if same:   # every model draws its batches from its own generator, all steps at once
         X_all = torch.stack(Xs)
-        batch_idx = torch.stack([torch.randint(0, X_all.shape[1], (steps, B), generator=g) for g in gens], 1)
-        model_idx = torch.arange(R)[:, None]
+        n_rows = X_all.shape[1]
+        batch_idx = torch.stack([torch.randint(0, n_rows, (steps, B), generator=g) for g in gens], 1)
+        batch_idx += (n_rows * torch.arange(R))[:, None]         # row indices into the R * n_rows stacked rows
+        X_flat = X_all.reshape(R * n_rows, d)                     # (index_select copies the same rows, faster)
     last_fired = torch.zeros(R, width, dtype=torch.long)
     k_aux = min(int(k_aux), width)
     theta = torch.full((R,), float("nan"))
     losses, deads = [], []
+    inf = torch.tensor(float("inf"))
     for step in range(steps):
         if all(full):
             x = rows_full
         elif same:
-            x = X_all[model_idx, batch_idx[step]]
+            x = X_flat.index_select(0, batch_idx[step].reshape(-1)).reshape(R, B, d)
         else:
             x = rows_full.clone()
             for r, X in enumerate(Xs):
                 if not full[r]:
                     x[r, :sizes[r]] = X[torch.randint(0, X.shape[0], (sizes[r],), generator=gens[r])]
         z = torch.baddbmm(b_enc[:, None, :], x - b_dec[:, None, :], W_enc)      # R x B x width
-        zr = torch.relu(z) * valid[:, :, None]
+        zr = torch.relu(z) if all_valid else torch.relu(z) * mask
         if kind == "batchtopk":
-            top = torch.topk(zr.reshape(R, -1), B * k, dim=1)
-            f = torch.zeros_like(zr.reshape(R, -1)).scatter(1, top.indices, top.values * keep_rank).reshape(R, B, width)
+            top = torch.topk(zr.reshape(R, -1), B * k, dim=1, sorted=not all_valid)   # same kept set either way
+            kept = top.values if all_valid else top.values * keep_rank
+            # (scatter_ into fresh zeros: the same values and gradients as zeros_like(...).scatter, one copy fewer)
+            f = torch.zeros(R, B * width).scatter_(1, top.indices, kept).reshape(R, B, width)
         else:
             top = torch.topk(zr, k, dim=-1)
-            f = torch.zeros_like(zr).scatter(-1, top.indices, top.values)
+            f = torch.zeros(R, B, width).scatter_(-1, top.indices, top.values)
         x_hat = torch.baddbmm(b_dec[:, None, :], f, W_dec)
-        err = (x - x_hat) * valid[:, :, None]
+        err = (x - x_hat) if all_valid else (x - x_hat) * mask
         per_model = err.pow(2).sum(-1).sum(-1) * inv_size
         loss = per_model.sum()
         with torch.no_grad():
-            fired = (f > 0).any(1)
-            last_fired[fired] = step
+            if kind == "batchtopk":   # = (f > 0).any(1), counted on the B*k kept entries only (exact integers)
+                fired = torch.zeros(R, width).scatter_add_(1, top.indices % width, (kept > 0).float()) > 0
+            else:
+                fired = (f > 0).any(1)
+            last_fired.masked_fill_(fired, step)
             dead = (step - last_fired) >= dead_after                            # R x width
         if aux_alpha > 0 and bool(dead.any()):
             e = err.detach()
             cols = torch.nonzero(dead.any(0)).squeeze(1)          # latents dead in some model
             z_dead = zr[:, :, cols] * dead[:, None, cols]
             if len(cols) > k_aux:                                  # else every dead latent is used
-                top_aux = torch.topk(z_dead, k_aux, dim=-1)
-                z_dead = torch.zeros_like(z_dead).scatter(-1, top_aux.indices, top_aux.values)
-            aux = ((e - torch.bmm(z_dead, W_dec[:, cols])) * valid[:, :, None]).pow(2).sum(-1).sum(-1) * inv_size
+                top_aux = torch.topk(z_dead, k_aux, dim=-1, sorted=False)   # the same kept set, unordered
+                z_dead = torch.zeros(z_dead.shape).scatter_(-1, top_aux.indices, top_aux.values)
+            e_aux = e - torch.bmm(z_dead, W_dec[:, cols])
+            aux = (e_aux if all_valid else e_aux * mask).pow(2).sum(-1).sum(-1) * inv_size
             per_model = per_model + aux_alpha * aux * dead.any(1)
             loss = loss + aux_alpha * (aux * dead.any(1)).sum()
-        opt.zero_grad(set_to_none=True)
+        for t in params:      # opt.zero_grad(set_to_none=True), without the optimizer's bookkeeping
+            t.grad = None
         loss.backward()
         with torch.no_grad():
             g = W_dec.grad
@@ -316,7 +331,8 @@ def train_saes(Xs, width: int, k: int, kind: str = "batchtopk", steps: int = 300
         with torch.no_grad():
             W_dec /= W_dec.norm(dim=-1, keepdim=True)
             if kind == "batchtopk":
-                m = torch.where(f > 0, f, torch.tensor(float("inf"))).amin(dim=(1, 2))
+                # the smallest kept activation: f's positive entries are exactly the positive kept values
+                m = torch.where(kept > 0, kept, inf).amin(dim=1)
                 ok = torch.isfinite(m)
                 first = ok & torch.isnan(theta)
                 theta = torch.where(first, m, torch.where(ok, threshold_momentum * theta + (1 - threshold_momentum) * m, theta))
