@@ -22,6 +22,7 @@ help:
 	@echo "make assignments  nbgrader student releases of every chapter's exercises"
 	@echo "make book-student  the website with solutions hidden"
 	@echo "make reseed CHAPTER=01 SEEDS=\"11 12 13\"  re-run a chapter's reproduce notebook under other seeds"
+	@echo "                 (TIMEOUT=3600: seconds a cell may run, default 1800)"
 	@echo "make clean  remove $(BUILD) (keeps .venv)"
 
 check-python:
@@ -114,7 +115,7 @@ book-student: $(STAMP)
 # cell) and print its claims table: make reseed CHAPTER=01 SEEDS="11 12 13"
 reseed: $(STAMP)
 	@test -n "$(CHAPTER)" -a -n "$(SEEDS)" || { echo 'usage: make reseed CHAPTER=01 SEEDS="11 12 13"'; exit 2; }
-	$(PY) -m companion_lib.common.reseed --chapter "$(CHAPTER)" --seeds "$(SEEDS)"
+	$(PY) -m companion_lib.common.reseed --chapter "$(CHAPTER)" --seeds "$(SEEDS)" $(if $(TIMEOUT),--timeout "$(TIMEOUT)")
 
 clean:
 	rm -rf $(BUILD) conf.py

@@ -251,3 +251,40 @@ def test_timer_measures_and_prints(capsys):
     with pytest.raises(TypeError, match="label"):
         with timer(3):
             pass
+
+
+# -- make reseed -------------------------------------------------------------------------------------
+
+
+def test_reseed_rejects_bad_arguments(capsys):
+    from companion_lib.common import reseed
+
+    for argv in (["--chapter", "01", "--seeds", "a b"], ["--chapter", "01", "--seeds", " "],
+                 ["--chapter", "01", "--seeds", "1", "--timeout", "0"]):
+        with pytest.raises(SystemExit) as info:
+            reseed.main(argv)
+        assert info.value.code == 2
+    assert "--timeout must be a positive" in capsys.readouterr().err
+
+
+def test_reseed_finds_exactly_one_chapter(tmp_path):
+    from companion_lib.common import reseed
+
+    for name in ("01-a", "02-b", "02-c"):
+        (tmp_path / "chapters" / name).mkdir(parents=True)
+    assert reseed.find_chapter(tmp_path, "01").name == "01-a"
+    with pytest.raises(ValueError, match="exactly one chapter folder"):
+        reseed.find_chapter(tmp_path, "02")
+    with pytest.raises(ValueError, match="matches: none"):
+        reseed.find_chapter(tmp_path, "09")
+    with pytest.raises(ValueError, match="no reproduce"):
+        reseed.reproduce_notebooks(tmp_path / "chapters" / "01-a")
+
+
+def test_reseed_reads_the_last_claims_table():
+    from companion_lib.common import reseed
+
+    nb = {"cells": [{"outputs": [{"data": {CLAIMS_MIME: {"n": 1}}}]},
+                    {"outputs": [{"data": {"text/plain": "x"}}, {"data": {CLAIMS_MIME: json.dumps({"n": 2})}}]}]}
+    assert reseed.claims_from_notebook(nb) == {"n": 2}
+    assert reseed.claims_from_notebook({"cells": []}) is None

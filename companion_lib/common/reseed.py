@@ -89,7 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", required=True, help='seeds separated by spaces or commas, e.g. "11 12 13"')
     parser.add_argument("--root", type=Path, default=Path("."))
     parser.add_argument("--out", type=Path, default=None, help="where executed notebooks go (default: _build/reseed)")
+    parser.add_argument("--timeout", type=int, default=1800,
+                        help="seconds one cell may run (default 1800); raise it on a heavily loaded machine")
     args = parser.parse_args(argv)
+    if args.timeout < 1:
+        parser.error(f"--timeout must be a positive number of seconds, got {args.timeout}")
     try:
         seeds = [int(s) for s in args.seeds.replace(",", " ").split()]
     except ValueError:
@@ -104,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["BOOK_CLAIMS_DIR"] = str(out / ("claims-seeds-" + "-".join(map(str, seeds))))
         for md in reproduce_notebooks(folder):
             print(f"{folder.name}/{md.name} with seeds={seeds} ...", flush=True)
-            data, error = run_with_seeds(md, seeds, out)
+            data, error = run_with_seeds(md, seeds, out, timeout=args.timeout)
             if data:
                 _print_table(data)
             else:
