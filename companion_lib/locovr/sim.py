@@ -93,6 +93,21 @@ def route_cost(occ: np.ndarray) -> np.ndarray:
 _WINDOW = max(1, int(6 / (ROOM_M / 64)))   # route points searched for the nearest one (6 m of route)
 
 
+def _ahead(seg: list, k: int, lookahead: float) -> int:
+    """``searchsorted(cumsum([0, seg[k], seg[k+1], ...]), lookahead)``: the running sum walks the segment
+    lengths from ``k`` one by one (the same additions in the same order as the cumulative sum) and stops as
+    soon as it reaches ``lookahead``."""
+    if not 0.0 < lookahead:
+        return 0
+    i, acc = 1, 0.0
+    for j in range(k, len(seg)):
+        acc = acc + seg[j]
+        if acc >= lookahead:
+            break
+        i += 1
+    return i
+
+
 def _target(route: np.ndarray, k: int, x: np.ndarray, lookahead: float,
             seg: list | None = None) -> tuple[np.ndarray, int]:
     """Advance the route index k past points already reached and return the look-ahead target.
@@ -106,15 +121,7 @@ def _target(route: np.ndarray, k: int, x: np.ndarray, lookahead: float,
     k = k + int(d.argmin())
     if seg is None:
         seg = _rownorms(np.diff(route, axis=0)).tolist()
-    i, acc = 0, 0.0                      # i = searchsorted(cumsum([0, seg[k], seg[k+1], ...]), lookahead)
-    if acc < lookahead:
-        i = 1
-        for j in range(k, len(seg)):
-            acc = acc + seg[j]
-            if acc >= lookahead:
-                break
-            i += 1
-    t = k + i
+    t = k + _ahead(seg, k, lookahead)
     return route[min(t, len(route) - 1)], k
 
 
@@ -218,15 +225,7 @@ def _walk(occ: np.ndarray, clear: np.ndarray, gx: np.ndarray, gy: np.ndarray, ro
             dx = rx[i][k:k + _WINDOW] - px
             dy = ry[i][k:k + _WINDOW] - py
             k = k + int(np.sqrt(dx * dx + dy * dy).argmin())
-            seg = segs[i]
-            j, acc = 0, 0.0             # searchsorted(cumsum([0, seg[k], ...]), L)
-            if acc < L:
-                j = 1
-                for m in range(k, len(seg)):
-                    acc = acc + seg[m]
-                    if acc >= L:
-                        break
-                    j += 1
+            j = _ahead(segs[i], k, L)
             ks[i] = k
             tx, ty = rl[i][min(k + j, len(rl[i]) - 1)]
             d0, d1 = tx - px, ty - py
