@@ -286,7 +286,7 @@ def test_fast_walk_is_bitwise_the_array_form():
         assert np.array_equal(clear, lv.clearance_m(occ)) and np.array_equal(cost, lv.route_cost(occ))
         assert np.array_equal(free, np.argwhere(lv.clearance_m(occ) >= 0.35))
         r1, r2 = np.random.default_rng(seed), np.random.default_rng(seed)
-        assert np.array_equal(sim._free_point(r1, free, 64), lv.sample_free_point(r2, occ))
+        assert np.array_equal(lv.sample_free_point(r1, occ, free=free), lv.sample_free_point(r2, occ))
         s1, g1, s2, g2 = (lv.sample_free_point(rng, occ) for _ in range(4))
         if seed % 2:             # head-on: person 2 walks person 1's route backwards
             s2, g2 = g1 + 0.05, s1 + 0.05

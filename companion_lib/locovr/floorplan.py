@@ -72,6 +72,11 @@ def clearance_m(occ: np.ndarray) -> np.ndarray:
 def to_cell(p: np.ndarray, size: int) -> tuple[int, int]:
     """Metres (x, y) -> grid cell (row, col)."""
     x, y = np.asarray(p, dtype=float)
+    return cell_of(float(x), float(y), size)
+
+
+def cell_of(x: float, y: float, size: int) -> tuple[int, int]:
+    """:func:`to_cell` of the point (x, y) given as two floats (no array is built: the simulator's loop)."""
     cell = ROOM_M / size
     # min/max on the floored scalars: the same cell as np.clip, without its per-call overhead
     return (int(min(max(y // cell, 0), size - 1)), int(min(max(x // cell, 0), size - 1)))
@@ -103,9 +108,14 @@ def astar_route(occ: np.ndarray, start: np.ndarray, goal: np.ndarray, cost: np.n
     return to_metres(np.array(path), size)
 
 
-def sample_free_point(rng: np.random.Generator, occ: np.ndarray, min_clear_m: float = 0.35) -> np.ndarray:
-    """A uniformly random point (metres) in a cell with at least ``min_clear_m`` clearance."""
-    free = np.argwhere(clearance_m(occ) >= min_clear_m)
+def sample_free_point(rng: np.random.Generator, occ: np.ndarray, min_clear_m: float = 0.35,
+                      free: np.ndarray | None = None) -> np.ndarray:
+    """A uniformly random point (metres) in a cell with at least ``min_clear_m`` clearance.
+
+    ``free`` (optional): those cells, ``np.argwhere(clearance_m(occ) >= min_clear_m)``, precomputed by a
+    caller that draws many points in one home; the draws are the same."""
+    if free is None:
+        free = np.argwhere(clearance_m(occ) >= min_clear_m)
     if len(free) == 0:
         raise ValueError("occ: no cell has the requested clearance")
     r, c = free[rng.integers(len(free))]

@@ -7,7 +7,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .floorplan import ROOM_M, astar_route, clearance_m, to_cell
+from .floorplan import ROOM_M, astar_route, cell_of, clearance_m, sample_free_point
 
 __all__ = ["SocialForceParams", "Episode", "anisotropy", "social_forces", "simulate_episode",
            "route_cost"]
@@ -85,9 +85,10 @@ def social_forces(x: np.ndarray, v: np.ndarray, e: np.ndarray, v0: np.ndarray,
     return f
 
 
-def route_cost(occ: np.ndarray) -> np.ndarray:
-    r"""Clearance cost $c = 1 + 4 e^{-d/0.5\,\mathrm{m}}$: people keep away from walls and furniture."""
-    return 1 + 4 * np.exp(-clearance_m(occ) / 0.5)
+def route_cost(occ: np.ndarray, clear: np.ndarray | None = None) -> np.ndarray:
+    r"""Clearance cost $c = 1 + 4 e^{-d/0.5\,\mathrm{m}}$: people keep away from walls and furniture.
+    ``clear`` (optional): ``clearance_m(occ)``, already computed."""
+    return 1 + 4 * np.exp(-(clearance_m(occ) if clear is None else clear) / 0.5)
 
 
 _WINDOW = max(1, int(6 / (ROOM_M / 64)))   # route points searched for the nearest one (6 m of route)
@@ -132,7 +133,7 @@ def simulate_episode(occ: np.ndarray, rng: np.random.Generator, crossing_prob: f
     occ = np.asarray(occ, dtype=bool)
     clear, gy, gx, cost, free = _layout_maps(occ.tobytes(), occ.shape)
     while True:
-        s1, g1 = _free_point(rng, free, occ.shape[0]), _free_point(rng, free, occ.shape[0])
+        s1, g1 = sample_free_point(rng, occ, free=free), sample_free_point(rng, occ, free=free)
         if np.linalg.norm(s1 - g1) >= min_goal_m:
             break
     crossing = rng.random() < crossing_prob
@@ -140,7 +141,7 @@ def simulate_episode(occ: np.ndarray, rng: np.random.Generator, crossing_prob: f
         if crossing:       # person 2 starts near person 1's goal and walks towards person 1's start
             s2, g2 = _near(rng, occ, g1, 1.0, free), _near(rng, occ, s1, 1.0, free)
         else:
-            s2, g2 = _free_point(rng, free, occ.shape[0]), _free_point(rng, free, occ.shape[0])
+            s2, g2 = sample_free_point(rng, occ, free=free), sample_free_point(rng, occ, free=free)
         if np.linalg.norm(s2 - g2) >= min_goal_m and np.linalg.norm(s2 - s1) > 1.0:
             break
     routes = [astar_route(occ, s1, g1, cost), astar_route(occ, s2, g2, cost)]
@@ -160,20 +161,11 @@ def _layout_maps(occ_bytes: bytes, shape: tuple) -> tuple:
     occ = np.frombuffer(occ_bytes, dtype=bool).reshape(shape)
     clear = clearance_m(occ)
     gy, gx = np.gradient(clear)
-    cost = 1 + 4 * np.exp(-clear / 0.5)           # = route_cost(occ)
+    cost = route_cost(occ, clear)
     free = np.argwhere(clear >= 0.35)
     for a in (clear, gy, gx, cost, free):
         a.setflags(write=False)
     return clear, gy, gx, cost, free
-
-
-def _free_point(rng: np.random.Generator, free: np.ndarray, size: int) -> np.ndarray:
-    """:func:`sample_free_point` (clearance >= 0.35 m) on the precomputed free cells: the same draws."""
-    if len(free) == 0:
-        raise ValueError("occ: no cell has the requested clearance")
-    r, c = free[rng.integers(len(free))]
-    cell = ROOM_M / size
-    return np.array([(c + rng.uniform(0.25, 0.75)) * cell, (r + rng.uniform(0.25, 0.75)) * cell])
 
 
 def _walk(occ: np.ndarray, clear: np.ndarray, gx: np.ndarray, gy: np.ndarray, routes: list, x: np.ndarray,
@@ -188,7 +180,6 @@ def _walk(occ: np.ndarray, clear: np.ndarray, gx: np.ndarray, gy: np.ndarray, ro
     Python and NumPy), and the vector norms, dot products and exponentials still go through NumPy's
     ``dot``, ``@`` and ``exp``, so the trajectories are bitwise those of the array form."""
     size = occ.shape[0]
-    cell = ROOM_M / size
     occl = occ.tolist()
     dt, tau, lam, L = params.dt, params.tau, params.lam, params.lookahead
     buf = np.empty(2)
@@ -197,9 +188,6 @@ def _walk(occ: np.ndarray, clear: np.ndarray, gx: np.ndarray, gy: np.ndarray, ro
         buf[0] = a
         buf[1] = b
         return np.sqrt(buf.dot(buf))
-
-    def cellof(px: float, py: float) -> tuple[int, int]:   # to_cell
-        return (int(min(max(py // cell, 0), size - 1)), int(min(max(px // cell, 0), size - 1)))
 
     def mat(a0: float, a1: float, b0: float, b1: float) -> float:   # float(a @ b) of two 2-vectors
         return float(np.array([a0, a1]) @ np.array([b0, b1]))
@@ -246,7 +234,7 @@ def _walk(occ: np.ndarray, clear: np.ndarray, gx: np.ndarray, gy: np.ndarray, ro
                 F[i][0] = F[i][0] + params.sidestep * E[i][1]
                 F[i][1] = F[i][1] + params.sidestep * -E[i][0]
         for i in range(2):
-            rc = cellof(*P[i])
+            rc = cell_of(*P[i], size)
             if rc not in wall:
                 r, c = rc
                 grad = np.array([gx[r, c], gy[r, c]])
@@ -268,10 +256,10 @@ def _walk(occ: np.ndarray, clear: np.ndarray, gx: np.ndarray, gy: np.ndarray, ro
                 continue
             px, py = P[i]
             nx, ny = px + dt * V[i][0], py + dt * V[i][1]
-            r, c = cellof(nx, ny)
+            r, c = cell_of(nx, ny, size)
             if occl[r][c]:                               # slide along the wall
                 for qx, qy in ((nx, py), (px, ny)):
-                    r, c = cellof(qx, qy)
+                    r, c = cell_of(qx, qy, size)
                     if not occl[r][c]:
                         nx, ny = qx, qy
                         break
