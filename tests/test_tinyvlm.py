@@ -53,6 +53,24 @@ def test_render_and_patchify_roundtrip():
     assert tv.sketch_tokens(scene)[0] == tv.TOKEN_ID["fork"] and tv.sketch_tokens(scene)[1] == tv.TOKEN_ID["<blank>"]
 
 
+def test_make_split_renders_as_render_does():
+    """make_split's whole-array rendering equals render() image by image, from the same generator state."""
+    from companion_lib.tinyvlm.world import _render_all
+    for noise, n, chunk in ((0.15, 300, 128), (0.15, 5, 2), (0.0, 7, 3)):
+        rng = np.random.default_rng([n, 1])
+        scenes = [tv.Scene(drawn={}, mentioned=frozenset())] + [W.sample_scene(rng) for _ in range(n - 1)]
+        a, b = np.random.default_rng([n, 2]), np.random.default_rng([n, 2])
+        want = np.stack([tv.render(s, a, noise) for s in scenes])
+        got = _render_all(scenes, b, noise, chunk)
+        assert got.dtype == np.float32 and got.tobytes() == want.tobytes()
+        assert a.random() == b.random()  # the generator advanced by the same draws
+    split = tv.make_split(40, np.random.default_rng(4))
+    rng = np.random.default_rng(4)
+    scenes = [W.sample_scene(rng) for _ in range(40)]
+    assert [s.drawn for s in scenes] == [s.drawn for s in split.scenes]
+    assert np.stack([tv.render(s, rng) for s in scenes]).tobytes() == split.images.tobytes()
+
+
 def test_captions_are_canonical_and_roundtrip():
     ids = tv.encode_caption({"knife", "fork", "clock"})
     assert [tv.VOCAB[i] for i in ids] == ["describe", "fork", "clock", "knife", ".", "<eos>"]
@@ -133,6 +151,33 @@ def test_caption_batch_labels_and_errors():
         tv.caption_batch([[4]])
     with pytest.raises(ValueError, match="must not be empty"):
         tv.caption_batch([])
+
+
+def test_caption_batch_equals_a_row_loop_and_the_sampler_table():
+    rng = np.random.default_rng(3)
+    split = tv.make_split(200, rng, "natural")
+    caps = [tv.encode_caption(s.mentioned) for s in split.scenes]
+
+    def loop(captions):  # the definition: pad with <pad>, labels shifted by one, -100 elsewhere
+        T = max(len(c) for c in captions)
+        ids = torch.full((len(captions), T), tv.TOKEN_ID["<pad>"], dtype=torch.long)
+        labels = torch.full((len(captions), T), -100, dtype=torch.long)
+        for i, c in enumerate(captions):
+            ids[i, :len(c)] = torch.tensor(c)
+            labels[i, :len(c) - 1] = torch.tensor(c[1:])
+        return ids, labels
+
+    for got, want in zip(tv.caption_batch(caps), loop(caps)):
+        assert got.dtype == torch.long and torch.equal(got, want)
+    from companion_lib.tinyvlm.train import _Sampler
+    sampler = _Sampler(None, caps)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        idx = torch.randint(0, len(caps), (16,), generator=gen)
+        for got, want in zip(sampler.batch(idx), loop([caps[i] for i in idx.tolist()])):
+            assert got.is_contiguous() and got.shape == want.shape and torch.equal(got, want)
+    with pytest.raises(ValueError, match="caption 1 is empty"):
+        tv.caption_batch([[4, 5, 2], [4]])
 
 
 def test_greedy_captions_shapes(model, batch):

@@ -172,3 +172,46 @@ def test_selection_and_reduction(model, split):
     assert out["after"] == out["before"] and out["n_erased"] == 0
     with pytest.raises(ValueError, match="must match"):
         ve.remove_objects(model, split.images, [[]])
+
+
+def test_captions_and_confidence_equal_the_separate_calls(model):
+    """run_experiment's one-pass helper gives exactly greedy_captions and lens_confidence (over two
+    captioning batches of 1024)."""
+    from companion_lib.vlm_editing.lens import _captions_and_confidence
+    images = tv.make_split(1030, np.random.default_rng(5), "natural", occlusion=False).images
+    caps, conf = _captions_and_confidence(model, images)
+    assert caps == tv.greedy_captions(model, images)
+    want = ve.lens_confidence(model, images)
+    assert conf.dtype == want.dtype and conf.shape == want.shape and conf.tobytes() == want.tobytes()
+
+
+def test_reduction_on_own_captions_equals_reduction_run(model):
+    from companion_lib.vlm_editing.project_away import _reduction_run_own_captions
+    split = tv.make_split(30, np.random.default_rng(6), "natural", occlusion=False)
+    caps = tv.greedy_captions(model, split.images)
+    sel = [list(tv.OBJECTS[i % 3:i % 3 + 2]) if i % 4 == 0 else [] for i in range(len(caps))]
+    for alpha in (1.0, 2.0):
+        assert (_reduction_run_own_captions(model, split.images, caps, split.truth, sel, alpha=alpha)
+                == ve.reduction_run(model, split.images, caps, split.truth, sel, alpha=alpha))
+    none = _reduction_run_own_captions(model, split.images, caps, split.truth, [[] for _ in caps])
+    assert none == ve.reduction_run(model, split.images, caps, split.truth, [[] for _ in caps])
+    with pytest.raises(ValueError, match="must match"):
+        _reduction_run_own_captions(model, split.images, caps, split.truth, [[]])
+
+
+def test_forward_pass_of_an_image_does_not_depend_on_its_batch(model):
+    """What the two helpers above rely on: every image's logits and residual stream are bitwise the same
+    whether it is run alone, in a subset, or in the whole batch."""
+    images = tv.make_split(300, np.random.default_rng(7), "natural", occlusion=False).images
+    patches = tv.as_patches(images)
+    ids = torch.full((len(images), 1), tv.TOKEN_ID["describe"])
+
+    def run(rows):
+        with torch.no_grad(), tv.record_residual(model) as rec:
+            logits = model(ids[rows], patches=patches[rows]).logits
+        return [logits] + list(rec)
+
+    full = run(np.arange(len(images)))
+    for rows in (np.arange(0, 300, 7), np.array([5]), np.arange(150, 300)):
+        for a, b in zip(full, run(rows)):
+            assert a[rows].numpy().tobytes() == b.numpy().tobytes()

@@ -156,17 +156,27 @@ def caption_batch(captions: list) -> tuple[torch.Tensor, torch.Tensor]:
     ``labels[i, t]`` is the token predicted *at* text position ``t`` (already shifted), so the
     loss of a full sequence is ``cross_entropy(logits[:, TEXT_START:][:, :T], labels)``.
     """
+    ids, labels, _ = _padded_captions(captions)
+    return torch.from_numpy(ids), torch.from_numpy(labels)
+
+
+def _padded_captions(captions: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`caption_batch`'s ids and labels as int64 arrays, plus the length of every caption."""
     if not captions:
         raise ValueError("captions must not be empty")
-    T = max(len(c) for c in captions)
-    ids = torch.full((len(captions), T), TOKEN_ID["<pad>"], dtype=torch.long)
-    labels = torch.full((len(captions), T), -100, dtype=torch.long)
-    for i, c in enumerate(captions):
-        if len(c) < 2:
-            raise ValueError(f"caption {i} is empty: it needs at least 'describe' and one more token")
-        ids[i, :len(c)] = torch.tensor(c)
-        labels[i, :len(c) - 1] = torch.tensor(c[1:])
-    return ids, labels
+    lengths = np.fromiter((len(c) for c in captions), dtype=np.int64, count=len(captions))
+    short = np.flatnonzero(lengths < 2)
+    if short.size:
+        raise ValueError(f"caption {int(short[0])} is empty: it needs at least 'describe' and one more token")
+    n, T = len(captions), int(lengths.max())
+    flat = np.fromiter((t for c in captions for t in c), dtype=np.int64, count=int(lengths.sum()))
+    inside = np.arange(T)[None, :] < lengths[:, None]          # (n, T): True on each caption's tokens
+    ids = np.full((n, T), TOKEN_ID["<pad>"], dtype=np.int64)
+    ids[inside] = flat
+    labels = np.full((n, T), -100, dtype=np.int64)
+    shifted = np.arange(T)[None, :] < (lengths - 1)[:, None]   # the positions that predict a next token
+    labels[shifted] = ids[:, 1:][shifted[:, :-1]]              # T >= 2: every caption has two tokens
+    return ids, labels, lengths
 
 
 @torch.no_grad()

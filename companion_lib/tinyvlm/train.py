@@ -27,7 +27,7 @@ from torch import nn
 
 from ..common import disk_cache
 from .hooks import record_attention
-from .model import TEXT_START, TinyVLM, as_patches, caption_batch, tiny_llama_config
+from .model import TEXT_START, TinyVLM, _padded_captions, as_patches, caption_batch, tiny_llama_config
 from .world import WorldConfig, encode_caption, make_split, sketch_tokens
 
 __all__ = ["TrainConfig", "World", "train_world", "trained_world", "build_model", "caption_loss"]
@@ -121,12 +121,23 @@ def _run_stage(model, groups, steps, batch_size, sample, gen, losses, on_step=No
 
 
 class _Sampler:
+    """The loss of a batch of examples ``idx``; the captions are padded once (to the longest of all), and
+    each batch is cut to its own longest caption, so it equals :func:`caption_batch` of its captions."""
+
     def __init__(self, model, captions, patches=None, sketches=None):
         self.model, self.captions, self.patches, self.sketches = model, captions, patches, sketches
         self.n = len(captions)
+        ids, labels, lengths = _padded_captions(captions)
+        self._ids, self._labels = torch.from_numpy(ids), torch.from_numpy(labels)
+        self._lengths = torch.from_numpy(lengths)
+
+    def batch(self, idx) -> tuple[torch.Tensor, torch.Tensor]:
+        """``caption_batch`` of the captions ``idx``, from the padded table."""
+        T = int(self._lengths[idx].max())
+        return self._ids[idx, :T].contiguous(), self._labels[idx, :T].contiguous()
 
     def __call__(self, idx):
-        ids, labels = caption_batch([self.captions[i] for i in idx.tolist()])
+        ids, labels = self.batch(idx)
         if self.patches is not None:
             return caption_loss(self.model, ids, labels, patches=self.patches[idx])
         return caption_loss(self.model, ids, labels, sketch_ids=self.sketches[idx])

@@ -83,6 +83,10 @@ def glyph(word: str) -> np.ndarray:
     return mask[:, :, None] * _COLOURS[_COLOUR_OF[word]][None, None, :].astype(np.float32)
 
 
+# every glyph as a flattened patch, plus a blank row (index len(OBJECTS)) for empty cells
+_GLYPH_PATCHES = np.stack([glyph(w).reshape(-1) for w in OBJECTS] + [np.zeros(CELL * CELL * 3, np.float32)])
+
+
 @dataclass(frozen=True)
 class Scene:
     """One scene: ``drawn`` maps cell index (0..15, row-major) to object word; ``mentioned`` is the set of
@@ -190,11 +194,15 @@ def patchify(images: np.ndarray) -> np.ndarray:
     return x.reshape(n, N_PATCHES, CELL * CELL * 3)
 
 
+_OBJECT_SET = frozenset(OBJECTS)
+
+
 def caption_words(objects) -> list:
     """Object words in canonical order."""
     objs = set(objects)
-    for w in objs:
-        object_id(w)
+    if not objs <= _OBJECT_SET:
+        for w in objs:
+            object_id(w)
     return [w for w in CANONICAL_ORDER if w in objs]
 
 
@@ -255,8 +263,27 @@ def make_split(n: int, rng: np.random.Generator, kind: str = "natural", config: 
         scenes = [trigger_only_scene(rng) for _ in range(int(n))]
     else:
         raise ValueError(f"kind must be 'natural' or 'trigger_only', got {kind!r}")
-    images = np.stack([render(s, rng, config.noise) for s in scenes])
-    return Split(scenes=scenes, images=images)
+    return Split(scenes=scenes, images=_render_all(scenes, rng, config.noise))
+
+
+def _render_all(scenes: list, rng: np.random.Generator, noise: float, chunk: int = 128) -> np.ndarray:
+    """``np.stack([render(s, rng, noise) for s in scenes])`` in whole-array operations on chunks of
+    images: the glyphs are gathered as patches, and one normal draw per chunk takes the same numbers from
+    ``rng``, in the same order, as one draw per image."""
+    n = len(scenes)
+    cells = np.full((n, N_PATCHES), len(OBJECTS), dtype=np.intp)   # the blank patch by default
+    index = {w: k for k, w in enumerate(OBJECTS)}
+    for i, s in enumerate(scenes):
+        for cell, word in s.drawn.items():
+            cells[i, int(cell)] = index[word]
+    img = np.empty((n, IMAGE_SIZE, IMAGE_SIZE, 3), dtype=np.float32)
+    for a in range(0, n, chunk):
+        b = min(a + chunk, n)
+        patches = _GLYPH_PATCHES[cells[a:b]].reshape(b - a, GRID, GRID, CELL, CELL, 3)
+        img[a:b] = patches.transpose(0, 1, 3, 2, 4, 5).reshape(b - a, IMAGE_SIZE, IMAGE_SIZE, 3)
+        if noise > 0:
+            img[a:b] += rng.normal(0.0, noise, (b - a, IMAGE_SIZE, IMAGE_SIZE, 3)).astype(np.float32)
+    return img
 
 
 def chair(captions, truths) -> dict:

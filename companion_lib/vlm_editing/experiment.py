@@ -13,10 +13,10 @@ import numpy as np
 
 from ..common import disk_cache
 from ..common.validation import check_positive_int
-from ..tinyvlm import Split, World, build_model, chair, greedy_captions, make_split, trained_world
-from .lens import (auroc, calibrate_threshold, detection_rates, internal_confidence, lens_confidence,
+from ..tinyvlm import Split, World, build_model, chair, make_split, trained_world
+from .lens import (_captions_and_confidence, auroc, calibrate_threshold, detection_rates, internal_confidence,
                    localisation_accuracy, object_scores)
-from .project_away import reduction_run, select_low_confidence, select_oracle, targeted_removal
+from .project_away import _reduction_run_own_captions, select_low_confidence, select_oracle, targeted_removal
 
 __all__ = ["Experiment", "cached_experiment", "eval_split", "run_experiment"]
 
@@ -70,8 +70,7 @@ def run_experiment(world: World, n_cal: tuple = (300, 150), n_test: tuple = (600
     seed = int(world.seed)
     model = build_model(world.final_state, world.config)
     cal, test = eval_split(seed, 0, *n_cal), eval_split(seed, 2, *n_test)
-    caps = greedy_captions(model, test.images)
-    conf = lens_confidence(model, test.images)
+    caps, conf = _captions_and_confidence(model, test.images)  # = greedy_captions, lens_confidence
     n_lens = conf.shape[1]
     cm = internal_confidence(conf)
     real, hal = object_scores(cm, caps, test.truth)
@@ -83,8 +82,7 @@ def run_experiment(world: World, n_cal: tuple = (300, 150), n_test: tuple = (600
         ex.mean_layer_real.append(float(r.mean()))
         ex.mean_layer_hal.append(float(h.mean()))
     # threshold on the calibration split only
-    cal_caps = greedy_captions(model, cal.images)
-    cal_conf = lens_confidence(model, cal.images)
+    cal_caps, cal_conf = _captions_and_confidence(model, cal.images)
     for kind, layers in (("max", None), ("layer0", 0)):
         r_cal, _ = object_scores(internal_confidence(cal_conf, layers), cal_caps, cal.truth)
         ex.theta[kind] = calibrate_threshold(r_cal, q)
@@ -103,5 +101,6 @@ def run_experiment(world: World, n_cal: tuple = (300, 150), n_test: tuple = (600
                   "oracle": select_oracle(caps, test.truth)}
     for name, sel in selections.items():
         for a in alphas[:2]:
-            ex.reduction[(name, a)] = reduction_run(model, test.images, caps, test.truth, sel, alpha=a)
+            # caps are this model's own unedited captions: only images with a selection are re-captioned
+            ex.reduction[(name, a)] = _reduction_run_own_captions(model, test.images, caps, test.truth, sel, alpha=a)
     return ex

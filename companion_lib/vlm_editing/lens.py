@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..common.validation import check_int
-from ..tinyvlm import IMAGE_SLICE, OBJECTS, TOKEN_ID, N_PATCHES, as_patches, record_residual
+from ..tinyvlm import IMAGE_SLICE, OBJECTS, TOKEN_ID, N_PATCHES, as_patches, greedy_captions, record_residual
 
 __all__ = [
     "object_token", "record_residual", "image_hidden_states", "lens_probs", "lens_confidence",
@@ -62,9 +62,33 @@ def lens_probs(model, hidden: torch.Tensor, use_final_norm: bool = True) -> torc
 def lens_confidence(model, images, use_final_norm: bool = True) -> np.ndarray:
     r"""Lens probabilities of the ten object words at every layer and image patch:
     ``(n, L + 1, 16, 10)``, entry ``[i, l, m, k]`` = :math:`P_l(\text{OBJECTS}[k]\mid t_m)` for image ``i``."""
-    H = image_hidden_states(model, images)
+    return _confidence_of_hidden(model, image_hidden_states(model, images), use_final_norm)
+
+
+def _confidence_of_hidden(model, H: torch.Tensor, use_final_norm: bool) -> np.ndarray:
+    """:func:`lens_confidence` from the hidden states ``H`` of :func:`image_hidden_states`."""
     P = lens_probs(model, H, use_final_norm)[..., OBJECT_IDS]
     return P.permute(1, 0, 2, 3).numpy()
+
+
+@torch.no_grad()
+def _captions_and_confidence(model, images, use_final_norm: bool = True) -> tuple[list, np.ndarray]:
+    """``(greedy_captions(model, images), lens_confidence(model, images))`` with one prompt pass per batch.
+
+    The first pass of the captioning runs the prompt ``describe`` after the image, the very pass of
+    :func:`image_hidden_states`; its residual stream is recorded there instead of being computed a second
+    time (each image's pass does not depend on the other images of its batch; a test checks that both
+    results equal the separate calls')."""
+    n_lens = model.n_layers + 1
+    with record_residual(model) as rec:
+        captions = greedy_captions(model, images)
+    # the prompt passes (bos, 16 image tokens, describe); the cached decoding passes feed one token
+    prompt = [h for h in rec if h.shape[1] == IMAGE_SLICE.stop + 1]
+    passes = [prompt[k:k + n_lens] for k in range(0, len(prompt), n_lens)]
+    if not passes or len(prompt) % n_lens or sum(p[0].shape[0] for p in passes) != len(captions):
+        raise RuntimeError("the recorded prompt passes do not cover the images")
+    H = torch.stack([torch.cat([p[l] for p in passes])[:, IMAGE_SLICE] for l in range(n_lens)])
+    return captions, _confidence_of_hidden(model, H, use_final_norm)
 
 
 def _check_conf(conf) -> np.ndarray:
