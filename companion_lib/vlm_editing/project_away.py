@@ -171,7 +171,12 @@ def reduction_run(model, images, captions, truths, selected, image_layer: int = 
                   text_layer: int = 0) -> dict:
     """CHAIR before and after erasing ``selected[i]`` from image ``i``; ``rel_chair_i`` is the relative
     reduction of CHAIR_i (positive: fewer hallucinations)."""
-    new = remove_objects(model, images, selected, image_layer, alpha, text_layer)
+    return _reduction_report(captions, remove_objects(model, images, selected, image_layer, alpha, text_layer),
+                             truths, selected)
+
+
+def _reduction_report(captions, new, truths, selected) -> dict:
+    """CHAIR of the captions before and after (``new``) the edit, and the relative CHAIR_i reduction."""
     before, after = chair(captions, truths), chair(new, truths)
     rel = (before["chair_i"] - after["chair_i"]) / before["chair_i"] if before["chair_i"] > 0 else 0.0
     return {"before": before, "after": after, "rel_chair_i": float(rel),
@@ -184,7 +189,7 @@ def _reduction_run_own_captions(model, images, captions, truths, selected, image
     (as in :func:`~companion_lib.vlm_editing.run_experiment`): an image with nothing selected is not
     edited, so its caption after the edit is its caption before, and only the images with a selection are
     captioned again (each image's forward pass does not depend on the other images of its batch). The
-    report is computed by the same lines as :func:`reduction_run`'s; a test checks that both agree."""
+    report is :func:`reduction_run`'s; a test checks that both agree."""
     if len(selected) != len(images) or len(captions) != len(images):
         raise ValueError(f"images ({len(images)}), captions ({len(captions)}) and selected ({len(selected)}) "
                          "must match")
@@ -195,7 +200,4 @@ def _reduction_run_own_captions(model, images, captions, truths, selected, image
                                 text_layer)
         for i, c in zip(rows, edited):
             new[i] = c
-    before, after = chair(captions, truths), chair(new, truths)
-    rel = (before["chair_i"] - after["chair_i"]) / before["chair_i"] if before["chair_i"] > 0 else 0.0
-    return {"before": before, "after": after, "rel_chair_i": float(rel),
-            "recall_drop": before["recall"] - after["recall"], "n_erased": int(sum(len(s) for s in selected))}
+    return _reduction_report(captions, new, truths, selected)
