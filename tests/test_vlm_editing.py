@@ -82,6 +82,15 @@ def test_object_scores_split():
     assert real.tolist() == [0.9] and hal.tolist() == [0.2]
 
 
+def test_object_scores_count_each_object_once_in_caption_order():
+    cm = np.zeros((1, 10))
+    words = ["spoon", "cup", "fork", "knife"]
+    for k, w in enumerate(words):
+        cm[0, tv.OBJECTS.index(w)] = 0.1 * (k + 1)
+    real, hal = ve.object_scores(cm, [words + ["cup"]], [set(words)])
+    assert real.tolist() == pytest.approx([0.1, 0.2, 0.3, 0.4]) and hal.size == 0
+
+
 def test_localisation_on_a_planted_map():
     scenes = [tv.Scene(drawn={3: "fork", 12: "cup"}, mentioned=frozenset({"fork", "cup"}))]
     conf = np.zeros((1, 5, 16, 10))

@@ -126,7 +126,7 @@ def object_scores(conf_max: np.ndarray, captions, truths) -> tuple[np.ndarray, n
         raise ValueError("conf_max, captions and truths must describe the same images")
     real, hal = [], []
     for i, (cap, truth) in enumerate(zip(captions, truths)):
-        for w in set(cap):
+        for w in dict.fromkeys(cap):   # each object once, in caption order (a set's order varies by process)
             (real if w in truth else hal).append(conf_max[i, OBJECTS.index(w)])
     return np.asarray(real, dtype=float), np.asarray(hal, dtype=float)
 
