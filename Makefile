@@ -13,7 +13,7 @@ PIPFILTER := 2>&1 | { grep -v "is ignored: it is neither a file nor a directory"
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: help book site book-student assignments test structure structure-locked notebooks reseed clean venv check-python
+.PHONY: help book site book-student assignments test structure structure-locked notebooks reseed worlds clean venv check-python
 
 help:
 	@echo "make book   build the website into $(BUILD)/html, executing every chapter"
@@ -23,6 +23,7 @@ help:
 	@echo "make book-student  the website with solutions hidden"
 	@echo "make reseed CHAPTER=01 SEEDS=\"11 12 13\"  re-run a chapter's reproduce notebook under other seeds"
 	@echo "                 (TIMEOUT=3600: seconds a cell may run, default 1800)"
+	@echo "make worlds  re-train the shipped tiny-VLM worlds of chapters 16-17 (companion_lib/tinyvlm/checkpoints)"
 	@echo "make clean  remove $(BUILD) (keeps .venv)"
 
 check-python:
@@ -116,6 +117,12 @@ book-student: $(STAMP)
 reseed: $(STAMP)
 	@test -n "$(CHAPTER)" -a -n "$(SEEDS)" || { echo 'usage: make reseed CHAPTER=01 SEEDS="11 12 13"'; exit 2; }
 	$(PY) -m companion_lib.common.reseed --chapter "$(CHAPTER)" --seeds "$(SEEDS)" $(if $(TIMEOUT),--timeout "$(TIMEOUT)")
+
+# The tiny-VLM worlds that chapters 16 and 17 load for their default seeds, re-trained from scratch and
+# written to companion_lib/tinyvlm/checkpoints/ (byte-for-byte reproducible on the same machine and versions;
+# tests/test_tinyvlm_checkpoint.py re-trains them in make test and compares). About a minute per world.
+worlds: $(STAMP)
+	$(PY) -m companion_lib.tinyvlm.checkpoint regenerate
 
 clean:
 	rm -rf $(BUILD) conf.py

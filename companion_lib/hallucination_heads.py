@@ -17,7 +17,8 @@ Intervention.* The paper's argument, and the functions here that compute each st
 4. **Inheritance from the base LM** (Fig. 4): cosine similarity of each head's caption-block attention
    map in the VLM and in the base LM (:func:`attention_similarity`).
 5. **Slow change during tuning** (Fig. 5): row-wise Jensen-Shannon divergence of each head's attention
-   from the post-alignment model (:func:`js_drift`).
+   from the post-alignment model (:func:`js_drift`, defined with the training loop in
+   :mod:`companion_lib.tinyvlm.train`, which records it for a probe batch while the world is tuned).
 6. **Interventions**: re-weighting the text attention of chosen heads (Fig. 6a), adaptive deactivation
    AD-HH (both in :mod:`companion_lib.tinyvlm.hooks`, evaluated with :func:`caption_chair`), and
    targeted fine-tuning TF-HH of the heads' query/key rows with an attention loss (:func:`targeted_finetune`).
@@ -35,6 +36,7 @@ from torch import nn
 
 from .tinyvlm.hooks import check_heads, head_mask, module_ablation, record_attention
 from .tinyvlm.model import IMAGE_SLICE, TEXT_START, TinyVLM, as_patches, caption_batch, greedy_captions
+from .tinyvlm.train import js_divergence, js_drift  # Fig. 5's drift is recorded while the world trains
 from .tinyvlm.world import OBJECTS, TOKEN_ID, VOCAB, chair, object_id
 
 __all__ = [
@@ -241,38 +243,6 @@ def attention_similarity(vlm: TinyVLM, base_lm: TinyVLM, data: ObjectTokens, ske
     return cos.mean(1).numpy()
 
 
-def js_divergence(p: np.ndarray, q: np.ndarray, axis: int = -1) -> np.ndarray:
-    r"""Jensen-Shannon divergence (natural log) between distributions along ``axis``."""
-    p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
-    if p.shape != q.shape:
-        raise ValueError(f"p and q must have the same shape, got {p.shape} and {q.shape}")
-    m = 0.5 * (p + q)
-
-    def kl(a, b):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            t = np.where(a > 0, a * (np.log(a) - np.log(b)), 0.0)
-        return t.sum(axis)
-
-    return 0.5 * kl(p, m) + 0.5 * kl(q, m)
-
-
-def js_drift(probe_attention: list, caption_lengths) -> np.ndarray:
-    r"""Fig. 5: row-wise JS divergence of every head's attention from the first probe (the post-alignment
-    model), averaged over the text query rows of each probe caption and over captions.
-    ``probe_attention[k]`` has shape ``(layers, n, heads, S, S)``; returns ``(len(probe_attention), L, H)``."""
-    lengths = np.asarray(caption_lengths)
-    ref = np.asarray(probe_attention[0], dtype=np.float64)
-    out = []
-    for att in probe_attention:
-        att = np.asarray(att, dtype=np.float64)
-        js = js_divergence(att, ref)  # (L, n, H, S)
-        vals = np.zeros(js.shape[0:1] + js.shape[2:3])
-        for i, n_text in enumerate(lengths):
-            vals += js[:, i, :, TEXT_START:TEXT_START + int(n_text) - 1].mean(-1)
-        out.append(vals / len(lengths))
-    return np.stack(out)
-
-
 def caption_chair(model: TinyVLM, images, truths, context=None) -> tuple[list, dict]:
     """Greedy captions of ``images`` under an optional intervention ``context``, and their CHAIR."""
     with (context if context is not None else nullcontext()):
@@ -436,7 +406,7 @@ def run_experiment(world, n_natural: int = 600, n_trigger: int = 300, n_attr: in
     sub = object_tokens(attr_images[keep], [attr_caps[i] for i in keep], [attr_truth[i] for i in keep])
     sk = torch.tensor([sketch_tokens(attr_scenes[i]) for i in keep])
     sim = attention_similarity(model, base, sub, sk)
-    js = js_drift(world.probe_attention, [len(c) for c in world.probe_captions])
+    js = world.probe_drift  # js_drift of the probe batch, recorded during tuning
 
     # interventions, against the same intervention on random heads
     rr = np.random.default_rng([seed, 162])

@@ -128,6 +128,8 @@ def test_js_divergence_properties():
     drift = hh.js_drift(att, [4, 4, 4])
     assert drift.shape == (2, 2, 2)
     assert np.all(drift[0] == 0) and drift[1, 0, 1] > 0 and drift[1, 1, 1] == 0
+    # defined once, with the training loop that records it (World.probe_drift)
+    assert hh.js_drift is tv.train.js_drift and hh.js_divergence is tv.train.js_divergence
 
 
 def test_targeted_finetune_touches_only_chosen_rows(model, data):

@@ -376,8 +376,9 @@ def test_training_is_deterministic_and_staged():
     # alignment trains only the encoder and projector
     assert all(torch.equal(a.base_state[k], a.aligned_state[k]) for k in lm_keys)
     assert any(not torch.equal(a.base_state[k], a.aligned_state[k]) for k in vis_keys)
-    assert a.probe_steps == [0, 2, 3] and len(a.probe_attention) == 3
-    assert a.probe_attention[0].shape[:3] == (4, 4, 8)
+    # the heads' attention drift from the post-alignment probe: zero at the first probe, one row per probe
+    assert a.probe_steps == [0, 2, 3] and a.probe_drift.shape == (3, 4, 8)
+    assert np.all(a.probe_drift[0] == 0) and np.all(a.probe_drift[1:] >= 0) and np.any(a.probe_drift[1:] > 0)
     assert len(a.losses["text"]) == 3 and len(a.losses["tune"]) == 3
     c = tv.train_world(4, TINY)
     assert not torch.equal(a.final_state["lm.model.embed_tokens.weight"], c.final_state["lm.model.embed_tokens.weight"])

@@ -27,9 +27,11 @@ _NAMESPACE = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 @lru_cache(maxsize=1)
 def library_fingerprint() -> str:
-    """A short SHA-256 of every ``.py`` file of :mod:`companion_lib` (paths and contents)."""
+    """A short SHA-256 of every ``.py`` file of :mod:`companion_lib` and of the data it ships (the tiny-VLM
+    world checkpoints, ``.npz``; data tables, ``.csv``), paths and contents."""
     digest = hashlib.sha256()
-    for path in sorted(_PACKAGE_ROOT.rglob("*.py")):
+    files = [p for pattern in ("*.py", "*.npz", "*.csv") for p in _PACKAGE_ROOT.rglob(pattern)]
+    for path in sorted(files):
         digest.update(path.relative_to(_PACKAGE_ROOT).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]

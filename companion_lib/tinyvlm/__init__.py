@@ -11,6 +11,8 @@ hallucination heads (16) and on the logit lens of image tokens (17).
   declared to hold; a confidence bound for one declared not to reproduce).
 * :mod:`.train` -- LLaVA's three stages (text pre-training, alignment with the LM frozen, tuning),
   deterministic and cached: :func:`trained_world`, :func:`build_model`.
+* :mod:`.checkpoint` -- the worlds of the default seeds, shipped as checkpoints that ``make worlds`` writes
+  and the test suite re-trains and compares; :func:`trained_world` loads them.
 """
 
 from .hooks import (adaptive_deactivation, attention_edit, check_heads, head_mask, module_ablation,

@@ -10,10 +10,14 @@ r"""LLaVA's three training stages, in miniature, deterministic and cached on dis
    learning rate).
 
 The loss is the cross-entropy of the caption tokens only (the response, as in LLaVA). During stage 3 a
-fixed probe batch is passed through the model every ``probe_every`` steps and its attention maps are
-kept, so that the drift of each head from the post-alignment model (the paper's Fig. 5) can be measured
-after the heads are known. :func:`trained_world` caches the result with
-:func:`companion_lib.common.disk_cache`, so a chapter trains the world once per build.
+fixed probe batch is passed through the model every ``probe_every`` steps, and the drift of every head's
+attention from the post-alignment model (the row-wise Jensen-Shannon divergence of :func:`js_drift`, the
+hallucination-heads paper's Fig. 5) is kept, so that it can be read for any head once the heads are known.
+
+:func:`trained_world` returns the world of a seed: for the book's default seeds and settings the checkpoint
+shipped in :mod:`companion_lib.tinyvlm.checkpoint` (the test suite re-trains each one and checks that it is
+what :func:`train_world` returns), else :func:`train_world` through :func:`companion_lib.common.disk_cache`, so
+a chapter trains a world once per build.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from .hooks import record_attention
 from .model import TEXT_START, TinyVLM, _padded_captions, as_patches, caption_batch, tiny_llama_config
 from .world import WorldConfig, encode_caption, make_split, sketch_tokens
 
-__all__ = ["TrainConfig", "World", "train_world", "trained_world", "build_model", "caption_loss"]
+__all__ = ["TrainConfig", "World", "train_world", "trained_world", "build_model", "caption_loss", "js_divergence",
+           "js_drift"]
 
 
 @dataclass(frozen=True)
@@ -66,7 +71,7 @@ class TrainConfig:
 
 @dataclass
 class World:
-    """What training returns: weights after each stage, data, probe attention and losses."""
+    """What training returns: weights after each stage, the probe batch, the heads' attention drift and losses."""
 
     seed: int
     config: dict
@@ -77,7 +82,7 @@ class World:
     probe_images: np.ndarray
     probe_captions: list
     probe_steps: list
-    probe_attention: list   # per probe step: array (layers, n_probe, heads, T, T), float16
+    probe_drift: np.ndarray  # (len(probe_steps), layers, heads): js_drift of the probe batch's attention maps
     losses: dict
 
 
@@ -152,6 +157,39 @@ def _probe(model, patches, ids) -> np.ndarray:
     return np.stack([r[0].numpy() for r in rec]).astype(np.float16)
 
 
+def js_divergence(p: np.ndarray, q: np.ndarray, axis: int = -1) -> np.ndarray:
+    r"""Jensen-Shannon divergence (natural log) between distributions along ``axis``."""
+    p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
+    if p.shape != q.shape:
+        raise ValueError(f"p and q must have the same shape, got {p.shape} and {q.shape}")
+    m = 0.5 * (p + q)
+
+    def kl(a, b):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = np.where(a > 0, a * (np.log(a) - np.log(b)), 0.0)
+        return t.sum(axis)
+
+    return 0.5 * kl(p, m) + 0.5 * kl(q, m)
+
+
+def js_drift(probe_attention: list, caption_lengths) -> np.ndarray:
+    r"""The hallucination-heads paper's Fig. 5: row-wise JS divergence of every head's attention from the
+    first probe (the post-alignment model), averaged over the text query rows of each probe caption and over
+    captions. ``probe_attention[k]`` has shape ``(layers, n, heads, S, S)``; returns
+    ``(len(probe_attention), L, H)``. :func:`train_world` keeps this for its probe batch (``World.probe_drift``)."""
+    lengths = np.asarray(caption_lengths)
+    ref = np.asarray(probe_attention[0], dtype=np.float64)
+    out = []
+    for att in probe_attention:
+        att = np.asarray(att, dtype=np.float64)
+        js = js_divergence(att, ref)  # (L, n, H, S)
+        vals = np.zeros(js.shape[0:1] + js.shape[2:3])
+        for i, n_text in enumerate(lengths):
+            vals += js[:, i, :, TEXT_START:TEXT_START + int(n_text) - 1].mean(-1)
+        out.append(vals / len(lengths))
+    return np.stack(out)
+
+
 def build_model(state: dict, config: TrainConfig | dict | None = None) -> TinyVLM:
     """A :class:`TinyVLM` with the given weights (``config`` sets the decoder's size), in evaluation mode
     and with gradients switched off (an analysis model; :func:`~companion_lib.hallucination_heads.targeted_finetune`
@@ -217,8 +255,8 @@ def train_world(seed: int = 0, config: TrainConfig = TrainConfig(), world: World
     model.eval()
     return World(seed=int(seed), config=asdict(config), world_config=asdict(world), base_state=base_state,
                  aligned_state=aligned_state, final_state=_state(model), probe_images=pairs.images[:config.n_probe],
-                 probe_captions=pair_caps[:config.n_probe], probe_steps=probe_steps, probe_attention=probe_att,
-                 losses=losses)
+                 probe_captions=pair_caps[:config.n_probe], probe_steps=probe_steps,
+                 probe_drift=js_drift(probe_att, [len(c) for c in pair_caps[:config.n_probe]]), losses=losses)
 
 
 def _train_cached(seed: int, config: dict, world: dict) -> World:
@@ -226,6 +264,16 @@ def _train_cached(seed: int, config: dict, world: dict) -> World:
 
 
 def trained_world(seed: int = 0, config: TrainConfig = TrainConfig(), world: WorldConfig = WorldConfig()) -> World:
-    """:func:`train_world` through the book's disk cache (namespace ``tinyvlm``): trained once per build."""
+    """The world of ``seed``: the shipped checkpoint when there is one for this seed and exactly these settings
+    (:func:`~companion_lib.tinyvlm.checkpoint.shipped_world`; the test suite re-trains it and checks that it is
+    what :func:`train_world` returns), else :func:`train_world` through the book's disk cache (namespace
+    ``tinyvlm``), trained once per build."""
+    from .checkpoint import shipped_world  # (imports this module)
+
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    shipped = shipped_world(int(seed), config, world)
+    if shipped is not None:
+        return shipped
     cached = disk_cache("tinyvlm").cache(_train_cached)
     return cached(int(seed), asdict(config), asdict(world))
