@@ -129,6 +129,16 @@ class TestShippedWorld2:
         _regenerates(2)
 
 
+class TestShippedWorld3:
+    def test_regenerates(self):
+        _regenerates(3)
+
+
+class TestShippedWorld4:
+    def test_regenerates(self):
+        _regenerates(4)
+
+
 def test_every_shipped_seed_has_a_regeneration_test():
     tested = {int(name.removeprefix("TestShippedWorld")) for name in globals() if name.startswith("TestShippedWorld")}
     assert tested == set(ck.SHIPPED_SEEDS)
