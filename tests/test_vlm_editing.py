@@ -9,6 +9,7 @@ from sklearn.metrics import roc_auc_score
 
 from companion_lib import tinyvlm as tv
 from companion_lib import vlm_editing as ve
+from companion_lib.vlm_editing import records as vr
 
 
 @pytest.fixture(scope="module")
@@ -228,23 +229,23 @@ def test_forward_pass_of_an_image_does_not_depend_on_its_batch(model):
 
 # -- records: per-world statistics and the worlds a run needs ---------------------------------------------
 def test_world_records_ship_every_world_once_with_every_statistic():
-    rec = ve.world_records()
-    assert list(rec.columns) == ["run", *ve.records.STATISTICS] and rec.index.is_unique
+    rec = vr.world_records()
+    assert list(rec.columns) == ["run", *vr.STATISTICS] and rec.index.is_unique
     assert {0, 1, 2, 600, 601, 602}.issubset(rec.index) and len(rec) >= 71
-    assert rec[list(ve.records.STATISTICS)].notna().all().all()
+    assert rec[list(vr.STATISTICS)].notna().all().all()
 
 
 def test_worlds_needed_and_row_power_closed_forms():
     import math
     import pandas as pd
     from scipy import stats
-    assert ve.worlds_needed(0.9, 0.1, 0.8) == 4.0          # (2 * 0.1 / 0.1)^2
-    assert ve.worlds_needed(0.9, 0.0, 0.8) == 1.0 and ve.worlds_needed(0.8, 0.1, 0.8) == math.inf
+    assert vr.worlds_needed(0.9, 0.1, 0.8) == 4.0          # (2 * 0.1 / 0.1)^2
+    assert vr.worlds_needed(0.9, 0.0, 0.8) == 1.0 and vr.worlds_needed(0.8, 0.1, 0.8) == math.inf
     with pytest.raises(ValueError, match="sd"):
-        ve.worlds_needed(0.9, float("nan"), 0.8)
-    cols = {k: [1.0, 1.0] for k in ve.records.STATISTICS}
+        vr.worlds_needed(0.9, float("nan"), 0.8)
+    cols = {k: [1.0, 1.0] for k in vr.STATISTICS}
     cols.update(kept2=[0.85, 0.95], self_red=[-0.1, -0.3], real_flag=[0.0, 0.0])
-    power = ve.row_power(pd.DataFrame(cols, index=[1, 2]), n_worlds=(3,)).set_index("statistic")
+    power = vr.row_power(pd.DataFrame(cols, index=[1, 2]), n_worlds=(3,)).set_index("statistic")
     kept = power.loc["other objects kept (alpha = 2)"]
     sd = np.std([0.85, 0.95], ddof=1)
     assert kept["mean"] == pytest.approx(0.9) and kept["on the claim's side"]
@@ -256,18 +257,18 @@ def test_worlds_needed_and_row_power_closed_forms():
     drop = power[power.index == "recall drop (points)"]                  # '<=' rows: 1.0 is below 5
     assert drop["on the claim's side"].all()
     with pytest.raises(ValueError, match="two recorded worlds"):
-        ve.row_power(pd.DataFrame(cols, index=[1, 2]).iloc[:1])
+        vr.row_power(pd.DataFrame(cols, index=[1, 2]).iloc[:1])
 
 
 def test_world_statistics_and_write_records_bad_input(tmp_path):
     with pytest.raises(TypeError, match="Experiment"):
-        ve.world_statistics({"auroc_max": 1.0})
+        vr.world_statistics({"auroc_max": 1.0})
     with pytest.raises(ValueError, match="lacks"):
-        ve.records.write_records([{"seed": 1, "run": "x"}], tmp_path / "r.csv")
-    row = {"seed": 5, "run": "x", **{k: 0.1 * i for i, k in enumerate(ve.records.STATISTICS)}}
-    path = ve.records.write_records([row, {**row, "seed": 6}], tmp_path / "r.csv")
-    back = ve.world_records(path)
+        vr.write_records([{"seed": 1, "run": "x"}], tmp_path / "r.csv")
+    row = {"seed": 5, "run": "x", **{k: 0.1 * i for i, k in enumerate(vr.STATISTICS)}}
+    path = vr.write_records([row, {**row, "seed": 6}], tmp_path / "r.csv")
+    back = vr.world_records(path)
     assert back.loc[5, "kept2"] == row["kept2"] and list(back.index) == [5, 6]
-    ve.records.write_records([row, row], path)
+    vr.write_records([row, row], path)
     with pytest.raises(ValueError, match="recorded twice"):
-        ve.world_records(path)
+        vr.world_records(path)

@@ -7,14 +7,13 @@ tiny LLaVA of :mod:`companion_lib.tinyvlm`.
   hallucination reduction with self-selected (confidence below the threshold) or oracle objects;
 * :mod:`.experiment` -- the reproduce page's experiment on one trained world;
 * :mod:`.records` -- the statistic of every claim row on each world run so far (shipped as a CSV), and how many
-  worlds a run needs to decide a row.
+  worlds a run needs to decide a row (import it: it is also a command, ``python -m``).
 """
 
 from .experiment import Experiment, cached_experiment, eval_split, run_experiment
 from .lens import (auroc, calibrate_threshold, detection_rates, image_hidden_states, internal_confidence,
                    lens_confidence, lens_probs, localisation_accuracy, localisation_maps, object_scores,
                    object_token, record_residual)
-from .records import MEAN_ROWS, row_power, world_records, world_statistics, worlds_needed
 from .project_away import (project_away, project_away_edit, reduction_run, remove_objects, select_low_confidence,
                            select_oracle, targeted_removal, text_embedding)
 
@@ -24,5 +23,4 @@ __all__ = [
     "lens_confidence", "lens_probs", "localisation_accuracy", "localisation_maps", "object_scores",
     "object_token", "record_residual", "project_away", "project_away_edit", "reduction_run", "remove_objects",
     "select_low_confidence", "select_oracle", "targeted_removal", "text_embedding",
-    "MEAN_ROWS", "row_power", "world_records", "world_statistics", "worlds_needed",
 ]
