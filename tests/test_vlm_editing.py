@@ -233,6 +233,12 @@ def test_world_records_ship_every_world_once_with_every_statistic():
     assert list(rec.columns) == ["run", *vr.STATISTICS] and rec.index.is_unique
     assert {0, 1, 2, 600, 601, 602}.issubset(rec.index) and len(rec) >= 71
     assert rec[list(vr.STATISTICS)].notna().all().all()
+    # read back bit for bit: every float equals the shortest repr written in the file
+    import csv
+    from importlib import resources
+    with resources.files("companion_lib.vlm_editing").joinpath("data", "world_records.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert all(rec.loc[int(r["seed"]), k] == float(r[k]) for r in rows for k in vr.STATISTICS)
 
 
 def test_worlds_needed_and_row_power_closed_forms():

@@ -91,9 +91,9 @@ def world_records(path: Path | str | None = None) -> pd.DataFrame:
     """The shipped records (``data/world_records.csv``) or those at ``path``, indexed by seed."""
     if path is None:
         with resources.files("companion_lib.vlm_editing").joinpath("data", "world_records.csv").open("r") as f:
-            df = pd.read_csv(f, float_precision="round_trip")
+            df = pd.read_csv(f)
     else:
-        df = pd.read_csv(path, float_precision="round_trip")
+        df = pd.read_csv(path)
     if df["seed"].duplicated().any():
         raise ValueError(f"seeds recorded twice: {sorted(df.loc[df['seed'].duplicated(), 'seed'])}")
     return df.set_index("seed")
