@@ -13,9 +13,7 @@ import torch
 
 from companion_lib import tinyvlm as tv
 from companion_lib.tinyvlm import checkpoint as ck
-
-TINY = tv.TrainConfig(n_text=200, n_image=100, text_steps=3, align_steps=2, tune_steps=3, batch_size=8,
-                      probe_every=2, n_probe=4)
+from tests.test_tinyvlm import TINY
 
 
 @pytest.fixture(scope="module")

@@ -2,9 +2,9 @@ r"""The book's default worlds, shipped as checkpoints that the test suite re-tra
 
 Chapter 16 decides its claims over three replicate worlds (seeds 0, 1, 2), chapter 17 over five (seeds 0 to
 4). Training one world takes most of a minute on one CPU thread, so training them would spend a chapter's whole
-time budget before its first experiment. The worlds of those seeds, trained by :func:`~companion_lib.tinyvlm.train_world` with the
-default :class:`~companion_lib.tinyvlm.TrainConfig` and :class:`~companion_lib.tinyvlm.WorldConfig`, are
-therefore shipped in ``checkpoints/`` beside this file, and :func:`~companion_lib.tinyvlm.trained_world` loads
+time budget before its first experiment. The worlds of those seeds, trained by
+:func:`~companion_lib.tinyvlm.train_world` with the default :class:`~companion_lib.tinyvlm.TrainConfig` and
+:class:`~companion_lib.tinyvlm.WorldConfig`, are therefore shipped in ``checkpoints/`` beside this file, and :func:`~companion_lib.tinyvlm.trained_world` loads
 them; any other seed or setting is trained as before.
 
 What keeps the checkpoints honest:
@@ -149,11 +149,10 @@ def _read_meta(data) -> dict:
     return meta
 
 
-def _settings(cls, stored: dict) -> dict:
-    """``asdict(cls(...))`` of settings read back from JSON (lists become the tuples they were)."""
-    values = {f.name: tuple(stored[f.name]) if isinstance(stored[f.name], list) else stored[f.name]
-              for f in fields(cls)}
-    return asdict(cls(**values))
+def _settings(cls, stored: dict):
+    """``cls(...)`` from settings read back from JSON (lists become the tuples they were)."""
+    return cls(**{f.name: tuple(stored[f.name]) if isinstance(stored[f.name], list) else stored[f.name]
+                  for f in fields(cls)})
 
 
 def load_world(path: Path | str) -> tuple[World, dict]:
@@ -171,8 +170,8 @@ def load_world(path: Path | str) -> tuple[World, dict]:
         lengths = data["probe_caption_lengths"]
         tokens = data["probe_caption_tokens"].tolist()
         bounds = np.concatenate([[0], np.cumsum(lengths)]).tolist()
-        world = World(seed=int(meta["seed"]), config=_settings(TrainConfig, meta["config"]),
-                      world_config=_settings(WorldConfig, meta["world_config"]),
+        world = World(seed=int(meta["seed"]), config=asdict(_settings(TrainConfig, meta["config"])),
+                      world_config=asdict(_settings(WorldConfig, meta["world_config"])),
                       base_state=states["base_state"], aligned_state=aligned, final_state=states["final_state"],
                       probe_images=data["probe_images"].copy(),
                       probe_captions=[tokens[a:b] for a, b in zip(bounds[:-1], bounds[1:])],
@@ -189,8 +188,8 @@ def shipped_world(seed: int, config: TrainConfig = TrainConfig(), world: WorldCo
         return None
     with np.load(path, allow_pickle=False) as data:
         meta = _read_meta(data)
-    if (meta["seed"] != int(seed) or _settings(TrainConfig, meta["config"]) != asdict(config)
-            or _settings(WorldConfig, meta["world_config"]) != asdict(world)):
+    if (meta["seed"] != int(seed) or _settings(TrainConfig, meta["config"]) != config
+            or _settings(WorldConfig, meta["world_config"]) != world):
         return None
     return load_world(path)[0]
 
@@ -241,8 +240,8 @@ def check_regenerated(seed: int, folder: Path | str | None = None) -> dict:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        fresh = train_world(int(seed), TrainConfig(**_settings(TrainConfig, meta["config"])),
-                            WorldConfig(**_settings(WorldConfig, meta["world_config"])))
+        fresh = train_world(int(seed), _settings(TrainConfig, meta["config"]),
+                            _settings(WorldConfig, meta["world_config"]))
     finally:
         torch.set_num_threads(threads)
     exact = numerics_signature() == meta["numerics"]

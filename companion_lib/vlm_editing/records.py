@@ -42,7 +42,8 @@ STATISTICS = ("auroc_max", "auroc_l0", "hal_flag", "real_flag", "loc", "rem1", "
 MEAN_ROWS = (
     ("1 confidence separates real from hallucinated", "AUROC (max over layers)", lambda r: r["auroc_max"], 0.65, ">="),
     ("1 confidence separates real from hallucinated", "AUROC (layer 0)", lambda r: r["auroc_l0"], 0.70, ">="),
-    ("2 a calibrated threshold detects", "flagged - 2 x false-flag rate", lambda r: r["hal_flag"] - 2 * r["real_flag"], 0.0, ">="),
+    ("2 a calibrated threshold detects", "flagged - 2 x false-flag rate",
+     lambda r: r["hal_flag"] - 2 * r["real_flag"], 0.0, ">="),
     ("3 localisation (max over layers)", "arg-max accuracy", lambda r: r["loc"], 0.40, ">="),
     ("4 ProjectAway removes a target", "removed (alpha = 2)", lambda r: r["rem2"], 0.5, ">="),
     ("4 ProjectAway removes a target", "other objects kept (alpha = 2)", lambda r: r["kept2"], 0.8, ">="),
@@ -124,8 +125,8 @@ def row_power(records: pd.DataFrame, n_worlds: tuple = (3, 5)) -> pd.DataFrame:
         entry = {"row": row, "statistic": stat, "margin": f"{side} {margin:g}", "mean": mean, "sd": sd,
                  "on the claim's side": bool(sign * (mean - margin) > 0)}
         for n in n_worlds:
-            entry[f"chance a {n}-world run misses"] = float(stats.norm.cdf(-sign * (mean - margin) * math.sqrt(n) / sd)) \
-                if sd > 0 else float(sign * (mean - margin) < 0)
+            miss = stats.norm.cdf(-sign * (mean - margin) * math.sqrt(n) / sd) if sd > 0 else sign * (mean - margin) < 0
+            entry[f"chance a {n}-world run misses"] = float(miss)
         entry["worlds needed"] = worlds_needed(mean, sd, margin) if entry["on the claim's side"] else math.inf
         out.append(entry)
     return pd.DataFrame(out)
