@@ -4,8 +4,8 @@ Chapter 16 decides its claims over three replicate worlds (seeds 0, 1, 2), chapt
 4). Training one world takes most of a minute on one CPU thread, so training them would spend a chapter's whole
 time budget before its first experiment. The worlds of those seeds, trained by
 :func:`~companion_lib.tinyvlm.train_world` with the default :class:`~companion_lib.tinyvlm.TrainConfig` and
-:class:`~companion_lib.tinyvlm.WorldConfig`, are therefore shipped in ``checkpoints/`` beside this file, and :func:`~companion_lib.tinyvlm.trained_world` loads
-them; any other seed or setting is trained as before.
+:class:`~companion_lib.tinyvlm.WorldConfig`, are therefore shipped in ``checkpoints/`` beside this file, and
+:func:`~companion_lib.tinyvlm.trained_world` loads them; any other seed or setting is trained as before.
 
 What keeps the checkpoints honest:
 
