@@ -12,7 +12,9 @@ hallucination heads (16) and on the logit lens of image tokens (17).
 * :mod:`.train` -- LLaVA's three stages (text pre-training, alignment with the LM frozen, tuning),
   deterministic and cached: :func:`trained_world`, :func:`build_model`.
 * :mod:`.checkpoint` -- the worlds of the default seeds, shipped as checkpoints that ``make worlds`` writes
-  and the test suite re-trains and compares; :func:`trained_world` loads them.
+  and the test suite re-trains and compares (bit for bit where the processor rounds as the one that made them;
+  elsewhere the recipe stage by stage, :func:`stage_prefixes`, and the behaviour the chapters read);
+  :func:`trained_world` loads them.
 """
 
 from .hooks import (adaptive_deactivation, attention_edit, check_heads, head_mask, module_ablation,
@@ -20,7 +22,7 @@ from .hooks import (adaptive_deactivation, attention_edit, check_heads, head_mas
 from .model import (ATTN_IMPLEMENTATION, IMAGE_SLICE, TEXT_START, TinyVLM, as_patches, caption_batch,
                     greedy_captions, tiny_llama_config)
 from .replicates import format_replicates, proportion_lower, replicate_lower, replicate_mean, replicate_upper
-from .train import TrainConfig, World, build_model, caption_loss, train_world, trained_world
+from .train import STAGES, TrainConfig, World, build_model, caption_loss, stage_prefixes, train_world, trained_world
 from .world import (CANONICAL_ORDER, N_PATCHES, OBJECTS, PAIRS, PARTNERS, TOKEN_ID, TRIGGERS, VOCAB, Scene,
                     Split, WorldConfig, chair, decode_caption, encode_caption, make_split, patchify, render,
                     sketch_tokens)
@@ -31,6 +33,7 @@ __all__ = [
     "WorldConfig", "adaptive_deactivation", "as_patches", "attention_edit", "build_model", "caption_batch",
     "caption_loss", "chair", "check_heads", "decode_caption", "encode_caption", "greedy_captions",
     "head_mask", "make_split", "module_ablation", "patchify", "record_attention", "record_residual", "render",
-    "residual_edit", "reweight_image", "reweight_text", "sketch_tokens", "train_world", "trained_world",
+    "residual_edit", "reweight_image", "reweight_text", "sketch_tokens", "STAGES", "stage_prefixes", "train_world",
+    "trained_world",
     "format_replicates", "proportion_lower", "replicate_lower", "replicate_mean", "replicate_upper",
 ]
