@@ -1,4 +1,4 @@
-"""Tests of companion_lib.allocation_timing (Shirali, Procaccia and Abebe, ICLR 2025)."""
+"""Tests of companion_lib.waiting_predictions (Shirali, Procaccia and Abebe, ICLR 2025)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from companion_lib import allocation_timing as at
+from companion_lib import waiting_predictions as at
 
 H_WEAK = at.linear_signal(0.2, 0.3)
 H_ID = at.linear_signal(0.0, 1.0)
