@@ -1,6 +1,6 @@
 """End-to-end pipelines of the chapter's miniature (deterministic given their arguments).
 
-The notebooks wrap them with ``companion_lib.common.disk_cache("strength").cache(...)`` so that the
+The notebooks wrap them with ``companion_lib.common.disk_cache("strength_estimation").cache(...)`` so that the
 derive, implement, reproduce and exercises notebooks share the generated games and trained networks.
 """
 

@@ -1,4 +1,4 @@
-"""Tests of companion_lib.strength: Connect Four rules, synthetic players, the strength estimator,
+"""Tests of companion_lib.strength_estimation: Connect Four rules, synthetic players, the strength estimator,
 the rank-prediction evaluation and (SE-)MCTS."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from companion_lib.strength import (
+from companion_lib.strength_estimation import (
     MCTS, WINNING_LINES, GameRecords, NumpyMLP, PolicyValueNet, RankClassifier, RankedPlayer,
     StrengthEstimator, accuracy_vs_games, after_features, before_features, boards_before,
     bradley_terry_loss, game_positions, generate_games, has_four, heuristic_scores, is_legal, is_win,
@@ -15,7 +15,7 @@ from companion_lib.strength import (
     player_statistics, sa_mcts_probabilities, split_by_rank, target_by_move, to_array,
     train_policy_value, winning_moves,
 )
-from companion_lib.strength.players import _W_OPP, _W_OWN
+from companion_lib.strength_estimation.players import _W_OPP, _W_OWN
 
 
 # -- Connect Four rules -----------------------------------------------------------------------------
