@@ -13,11 +13,12 @@ PIPFILTER := 2>&1 | { grep -v "is ignored: it is neither a file nor a directory"
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: help book site book-student assignments test structure structure-locked notebooks reseed worlds clean venv check-python
+.PHONY: help book site book-student assignments test check structure structure-locked notebooks reseed worlds clean venv check-python
 
 help:
 	@echo "make book   build the website into $(BUILD)/html, executing every chapter"
 	@echo "make test   unit tests, every chapter notebook under nbval, the website built from that run, the site check"
+	@echo "make check  the quick loop: unit tests without the slow ones (CHAPTER=06: and that chapter's notebooks)"
 	@echo "make notebooks  refresh the Colab .ipynb copies of the chapter notebooks"
 	@echo "make assignments  nbgrader student releases of every chapter's exercises"
 	@echo "make book-student  the website with solutions hidden"
@@ -47,7 +48,7 @@ venv: $(STAMP)
 # The website. The execution cache is keyed on the companion library's source as well as on the
 # notebooks' code cells, so a library change re-executes every chapter instead of serving stale output.
 book: $(STAMP)
-	@$(PY) -m companion_lib.common.buildtools invalidate-cache --cache $(BUILD)/.jupyter_cache --doctrees $(BUILD)/.doctrees
+	@$(PY) -m bookkit invalidate-cache --cache $(BUILD)/.jupyter_cache --doctrees $(BUILD)/.doctrees
 	@$(MAKE) --no-print-directory site
 
 # Everything CI checks, executing every notebook once:
@@ -64,11 +65,19 @@ test: $(STAMP)
 	BOOK_CACHE_DIR=$(CURDIR)/$(BUILD)/test-cache BOOK_CLAIMS_DIR=$(CURDIR)/$(BUILD)/test-claims BOOK_REQUIRE_STRUCTURE=1 \
 	  $(PY) -m pytest -n $(JOBS) --dist loadscope --nbval-lax --nbval-current-env \
 	  --nbval-cell-timeout=900 --runtime-report=$(BUILD)/runtime.json \
-	  -p tests.executed_plugin --store-executed=$(BUILD)/test-executed tests chapters
-	$(PY) -m companion_lib.common.buildtools cache-executed --executed $(BUILD)/test-executed --cache $(BUILD)/.jupyter_cache
+	  -p bookkit.pytest_executed --store-executed=$(BUILD)/test-executed tests chapters
+	$(PY) -m bookkit cache-executed --executed $(BUILD)/test-executed --cache $(BUILD)/.jupyter_cache
 	@$(MAKE) --no-print-directory site SITEFLAGS=--all
-	$(PY) -m companion_lib.common.buildtools check-served --cache $(BUILD)/.jupyter_cache
+	$(PY) -m bookkit check-served --cache $(BUILD)/.jupyter_cache
 	BOOK_REQUIRE_SITE=1 BOOK_SITE_CLAIMS=$(CURDIR)/$(BUILD)/test-claims $(PY) -m pytest -p no:cacheprovider -q tests/test_site.py
+
+# The quick loop while editing: the unit tests not marked slow (no shipped-world re-training, wheel, course or
+# book builds), in a minute or two; CHAPTER=06 also runs that chapter's notebooks under nbval.
+check: $(STAMP)
+	$(PY) -m pytest -n $(JOBS) -m "not slow" tests
+	@if [ -n "$(CHAPTER)" ]; then \
+	  BOOK_CACHE_DIR=$(CURDIR)/$(BUILD)/check-cache $(PY) -m pytest -n $(JOBS) --dist loadscope --nbval-lax \
+	    --nbval-current-env --nbval-cell-timeout=900 chapters/$(CHAPTER)*/; fi
 
 # The website from the execution cache as it stands (`make book` without emptying it first). A notebook
 # that errors stops the build with the page's path and the failing cell's source and traceback.
@@ -83,32 +92,32 @@ structure: $(STAMP)
 	@flock $(BUILD)/.structure.lock $(MAKE) --no-print-directory structure-locked
 
 # (serialised with flock: the generated conf.py must sit in the book root while Sphinx runs;
-# conf.py does not put local_extensions on the path, so PYTHONPATH does; glued numbers exist only
+# conf.py does not put local_extensions (bookkit) on the path, so PYTHONPATH does; glued numbers exist only
 # in executed notebooks, so their warnings are not errors here: the executed build checks them)
 structure-locked:
 	@rm -rf $(BUILD)/structure conf.py
 	@$(VENV)/bin/jupyter-book config sphinx . >/dev/null
-	PYTHONPATH=book/_ext $(VENV)/bin/sphinx-build -b html -W --keep-going -q -D nb_execution_mode=off \
-	  -D suppress_warnings=mystnb.unknown_mime_type,mystnb.glue . $(BUILD)/structure; \
+	PYTHONPATH=. $(VENV)/bin/sphinx-build -b html -W --keep-going -q -D nb_execution_mode=off \
+	  -D suppress_warnings=mystnb.glue . $(BUILD)/structure; \
 	  status=$$?; rm -f conf.py; exit $$status
 	@echo "structure build: OK"
 
 # The Colab copies: one .ipynb (no outputs) beside every chapter notebook, plus the one setup cell
 # (repository URL from _config.yml, version from pyproject.toml) at the top of every notebook.
 notebooks: $(STAMP)
-	$(PY) -m companion_lib.common.buildtools sync-notebooks
+	$(PY) -m bookkit sync-notebooks
 
 # Course assignments: nbgrader releases every chapter's exercises (solutions replaced by stubs,
 # hidden tests removed) under $(BUILD)/assignments/release/<chapter>/.
 assignments: $(STAMP)
-	$(PY) -m companion_lib.common.buildtools assignments --out $(BUILD)/assignments
+	$(PY) -m bookkit assignments --out $(BUILD)/assignments
 	@echo "student notebooks: $(BUILD)/assignments/release/"
 
 # The student edition of the website: solutions hidden, exercises not executed, other chapters
 # served from the main build's execution cache when `make book` ran before.
 book-student: $(STAMP)
-	@$(PY) -m companion_lib.common.buildtools invalidate-cache --cache $(BUILD)/.jupyter_cache --doctrees $(BUILD)/.doctrees
-	$(PY) -m companion_lib.common.buildtools student-source --out $(BUILD)/student-src --cache $(BUILD)/.jupyter_cache
+	@$(PY) -m bookkit invalidate-cache --cache $(BUILD)/.jupyter_cache --doctrees $(BUILD)/.doctrees
+	$(PY) -m bookkit student-source --out $(BUILD)/student-src --cache $(BUILD)/.jupyter_cache
 	$(VENV)/bin/jupyter-book build $(BUILD)/student-src --path-output $(BUILD)/student --warningiserror --keep-going
 	@echo "student edition: $(BUILD)/student/_build/html/index.html"
 
@@ -116,7 +125,7 @@ book-student: $(STAMP)
 # cell) and print its claims table: make reseed CHAPTER=01 SEEDS="11 12 13"
 reseed: $(STAMP)
 	@test -n "$(CHAPTER)" -a -n "$(SEEDS)" || { echo 'usage: make reseed CHAPTER=01 SEEDS="11 12 13"'; exit 2; }
-	$(PY) -m companion_lib.common.reseed --chapter "$(CHAPTER)" --seeds "$(SEEDS)" $(if $(TIMEOUT),--timeout "$(TIMEOUT)")
+	$(PY) -m bookkit reseed --chapter "$(CHAPTER)" --seeds "$(SEEDS)" $(if $(TIMEOUT),--timeout "$(TIMEOUT)")
 
 # The tiny-VLM worlds that chapters 16 and 17 load for their default seeds, re-trained from scratch and
 # written to companion_lib/tinyvlm/checkpoints/ (byte-for-byte reproducible on the same machine and versions;

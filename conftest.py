@@ -1,3 +1,3 @@
-"""Root conftest: lets pytest run the chapters' MyST notebooks under nbval (see tests/notebook_plugin.py)."""
+"""Root conftest: lets pytest run the chapters' MyST notebooks under nbval (see bookkit/pytest_notebooks.py)."""
 
-pytest_plugins = ["tests.notebook_plugin"]
+pytest_plugins = ["bookkit.pytest_notebooks"]

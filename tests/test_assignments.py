@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from companion_lib.common.buildtools import (SETUP_MARKER, chapter_notebooks, make_assignments, make_student_source,
-                                             myst_to_markdown, release_notebook, run_nbgrader, solution_snippets,
-                                             strip_solutions, student_notebook)
+from bookkit.colab import SETUP_MARKER, chapter_notebooks
+from bookkit.student import (make_assignments, make_student_source, myst_to_markdown, release_notebook, run_nbgrader,
+                             solution_snippets, strip_solutions, student_notebook)
 
 ROOT = Path(__file__).resolve().parents[1]
 EXERCISES = [md for md in chapter_notebooks(ROOT) if md.name == "exercises.md"]
@@ -40,6 +40,7 @@ def test_strip_solutions_removes_solutions_and_hidden_tests():
     assert not any(snippet in student for snippet in solution_snippets(text))
 
 
+@pytest.mark.slow
 def test_release_never_leaks_a_solution(course):
     out, released = course
     assert sorted(p.parent.name for p in released) == sorted(md.parent.name for md in EXERCISES)
@@ -71,6 +72,7 @@ def author_check_snippets(text: str, min_length: int = 20) -> set[str]:
 MYST_SYNTAX = re.compile(r"^\s*[`:]{3,}\{[\w:.-]+\}|\{[\w:.-]+\}`|^\([\w:.-]+\)=\s*$", re.M)
 
 
+@pytest.mark.slow
 def test_release_contains_only_what_a_student_should_see(course):
     out, _ = course
     for md in EXERCISES:
@@ -174,6 +176,7 @@ def _scores(course: Path, student: str) -> dict[str, tuple[float, float]]:
         return {g.name: (g.score, g.max_score) for g in nb.grades}
 
 
+@pytest.mark.slow
 def test_autograde_full_marks_for_solutions_and_zero_for_the_release(course):
     out, _ = course
     for student, source in (("instructor", out / "source"), ("student", out / "release")):
@@ -187,6 +190,7 @@ def test_autograde_full_marks_for_solutions_and_zero_for_the_release(course):
     assert all(score == 0 for score, _ in student.values()), student
 
 
+@pytest.mark.slow
 def test_student_edition_sources(tmp_path):
     out = make_student_source(ROOT, tmp_path / "student-src")
     import yaml
@@ -201,3 +205,4 @@ def test_student_edition_sources(tmp_path):
         assert not any(s in student for s in solution_snippets(source)), md
         assert not any(s in student for s in author_check_snippets(source)), md
     assert (out / "companion_lib").resolve() == (ROOT / "companion_lib").resolve()
+    assert (out / "bookkit").resolve() == (ROOT / "bookkit").resolve()      # the Sphinx extension

@@ -1,4 +1,4 @@
-"""The book's Sphinx extension (book/_ext/bookpages.py) on a tiny synthetic book built with Jupyter Book:
+"""The book's Sphinx extension (bookkit/bookpages.py) on a tiny synthetic book built with Jupyter Book:
 the scoreboard counts what the reproduce page renders, after an execution and after a cache hit alike;
 a failing notebook stops the build naming the page and the cell; a build without the offline MathJax
 stops with a message that says so."""
@@ -13,12 +13,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from companion_lib.common.sitecheck import check_page, scoreboard_counts
+from bookkit.sitecheck import check_page, scoreboard_counts
 
 ROOT = Path(__file__).resolve().parents[1]
 JUPYTER_BOOK = Path(sys.executable).parent / "jupyter-book"
-sys.path.insert(0, str(ROOT / "book" / "_ext"))
-import bookpages  # noqa: E402
+from bookkit import bookpages  # noqa: E402
 
 HEADER = """---
 jupytext:
@@ -74,11 +73,10 @@ def _book(folder: Path, reproduce: str) -> Path:
           timeout: 300
         sphinx:
           local_extensions:
-            bookpages: {ROOT / 'book' / '_ext'}
+            bookkit.bookpages: {ROOT}
           config:
             nb_execution_raise_on_error: true
             nb_execution_show_tb: true
-            suppress_warnings: ["mystnb.unknown_mime_type"]
         """))
     (folder / "_toc.yml").write_text(textwrap.dedent("""\
         format: jb-book
@@ -98,6 +96,7 @@ def _build(folder: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600, cwd=folder)
 
 
+@pytest.mark.slow
 def test_scoreboard_counts_what_the_page_renders_after_execution_and_after_a_cache_hit(tmp_path):
     book = _book(tmp_path / "tiny", REPRODUCE)
     expected = {"held": 1, "did not reproduce": 1, "not run": 1, "failed": 0, "unexpectedly held": 0}
@@ -117,6 +116,7 @@ def test_scoreboard_counts_what_the_page_renders_after_execution_and_after_a_cac
     assert (html / "_static" / "mathjax" / "tex-chtml.js").is_file()
 
 
+@pytest.mark.slow
 def test_a_failing_notebook_fails_the_build_naming_the_page_and_the_cell(tmp_path):
     book = _book(tmp_path / "failing", FAILING)
     result = _build(book)

@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from companion_lib.common.buildtools import (chapter_notebooks, colab_setup_source, paired_notebook,
-                                             sync_notebooks)
-from tests.notebook_plugin import read_notebook
+from bookkit.colab import chapter_notebooks, colab_setup_source, paired_notebook, sync_notebooks
+from bookkit.pytest_notebooks import read_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 STRUCTURE = ROOT / "_build" / "structure"
@@ -102,6 +101,7 @@ print("executed with companion_lib from", companion_lib.__file__)
 """
 
 
+@pytest.mark.slow
 def test_wheel_contains_package_data(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
                     "-w", str(tmp_path), str(ROOT)], check=True, capture_output=True)
@@ -114,6 +114,7 @@ def test_wheel_contains_package_data(tmp_path):
     assert not missing, f"package data missing from the wheel: {missing}"
 
 
+@pytest.mark.slow
 def test_a_chapter_runs_from_the_installed_wheel_outside_the_repository(tmp_path):
     """Build a wheel, install it into a fresh virtual environment outside the repository, copy one
     chapter's .ipynb alone into an empty folder and execute it there.

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from companion_lib.common import ClaimTable
-from companion_lib.common.sitecheck import (check_exercise_numbers, check_front_page, check_overview, check_page,
+from bookkit.sitecheck import (check_exercise_numbers, check_front_page, check_overview, check_page,
                                             check_scoreboard, check_site, check_stylesheets, parse_claims_html)
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -361,14 +361,10 @@ def test_residual_edit(model, batch):
     del zero
 
 
-# -- training -----------------------------------------------------------------------------------
-TINY = tv.TrainConfig(n_text=200, n_image=100, text_steps=3, align_steps=2, tune_steps=3, batch_size=8,
-                      probe_every=2, n_probe=4)
-
-
-def test_training_is_deterministic_and_staged():
-    a = tv.train_world(3, TINY)
-    b = tv.train_world(3, TINY)
+# -- training (tiny_train_config: tests/conftest.py) -------------------------------------------------
+def test_training_is_deterministic_and_staged(tiny_train_config):
+    a = tv.train_world(3, tiny_train_config)
+    b = tv.train_world(3, tiny_train_config)
     for k in a.final_state:
         torch.testing.assert_close(a.final_state[k], b.final_state[k], rtol=0, atol=0)
     lm_keys = [k for k in a.base_state if k.startswith("lm.")]
@@ -380,24 +376,24 @@ def test_training_is_deterministic_and_staged():
     assert a.probe_steps == [0, 2, 3] and a.probe_drift.shape == (3, 4, 8)
     assert np.all(a.probe_drift[0] == 0) and np.all(a.probe_drift[1:] >= 0) and np.any(a.probe_drift[1:] > 0)
     assert len(a.losses["text"]) == 3 and len(a.losses["tune"]) == 3
-    c = tv.train_world(4, TINY)
+    c = tv.train_world(4, tiny_train_config)
     assert not torch.equal(a.final_state["lm.model.embed_tokens.weight"], c.final_state["lm.model.embed_tokens.weight"])
-    m = tv.build_model(a.final_state, TINY)
+    m = tv.build_model(a.final_state, tiny_train_config)
     assert isinstance(m, tv.TinyVLM) and not m.training and not any(p.requires_grad for p in m.parameters())
 
 
-def test_trained_world_is_cached(tmp_path, monkeypatch):
+def test_trained_world_is_cached(tmp_path, monkeypatch, tiny_train_config):
     monkeypatch.setenv("BOOK_CACHE_DIR", str(tmp_path))
-    a = tv.trained_world(5, TINY)
-    b = tv.trained_world(5, TINY)
+    a = tv.trained_world(5, tiny_train_config)
+    b = tv.trained_world(5, tiny_train_config)
     assert any(tmp_path.rglob("*.pkl")) or any(tmp_path.rglob("output.pkl"))
     for k in a.final_state:
         torch.testing.assert_close(a.final_state[k], b.final_state[k], rtol=0, atol=0)
 
 
-def test_train_bad_input():
+def test_train_bad_input(tiny_train_config):
     with pytest.raises(ValueError, match="seed"):
-        tv.train_world(-1, TINY)
+        tv.train_world(-1, tiny_train_config)
     with pytest.raises(ValueError, match="batch_size"):
         tv.TrainConfig(batch_size=0)
     with pytest.raises(ValueError, match="divisible"):

@@ -13,12 +13,11 @@ import torch
 
 from companion_lib import tinyvlm as tv
 from companion_lib.tinyvlm import checkpoint as ck
-from tests.test_tinyvlm import TINY
 
 
 @pytest.fixture(scope="module")
-def tiny_world():
-    return tv.train_world(7, TINY)
+def tiny_world(tiny_train_config):
+    return tv.train_world(7, tiny_train_config)
 
 
 def test_save_load_roundtrip_is_exact_and_bytes_are_reproducible(tiny_world, tmp_path):
@@ -66,14 +65,15 @@ def _relabelled(world, like):
     return dataclasses.replace(world, config=like.config, world_config=like.world_config)
 
 
-def test_prefix_check_catches_a_changed_recipe_and_data_generator(tiny_world):
+def test_prefix_check_catches_a_changed_recipe_and_data_generator(tiny_world, tiny_train_config):
     tol = ck.PREFIX_RTOL
-    other_recipe = _relabelled(tv.train_world(7, dataclasses.replace(TINY, lr_tune=TINY.lr_tune * 1.5)), tiny_world)
+    faster = dataclasses.replace(tiny_train_config, lr_tune=tiny_train_config.lr_tune * 1.5)
+    other_recipe = _relabelled(tv.train_world(7, faster), tiny_world)
     found = ck.prefix_agreement(other_recipe, 3)
     assert found["text"] == found["align"] == 0.0 and found["tune"] > 100 * tol   # caught in the stage it changed
-    other_data = _relabelled(tv.train_world(7, TINY, tv.WorldConfig(p_partner=0.5)), tiny_world)
+    other_data = _relabelled(tv.train_world(7, tiny_train_config, tv.WorldConfig(p_partner=0.5)), tiny_world)
     assert ck.prefix_agreement(other_data, 3)["text"] > 100 * tol                  # caught from the first stage
-    other_seed = dataclasses.replace(tv.train_world(8, TINY), seed=7)
+    other_seed = dataclasses.replace(tv.train_world(8, tiny_train_config), seed=7)
     assert min(ck.prefix_agreement(other_seed, 3).values()) > 100 * tol
 
 
@@ -115,13 +115,13 @@ def test_shipped_tolerances_cover_every_behaviour_statistic(tiny_world):
     assert all(t > 0 for t in ck.BEHAVIOUR_TOLERANCES.values())
 
 
-def test_shipped_lookup_matches_seed_and_settings(tiny_world, tmp_path):
+def test_shipped_lookup_matches_seed_and_settings(tiny_world, tmp_path, tiny_train_config):
     ck.save_world(tiny_world, ck.checkpoint_path(7, tmp_path))
-    found = ck.shipped_world(7, TINY, folder=tmp_path)
+    found = ck.shipped_world(7, tiny_train_config, folder=tmp_path)
     assert found is not None and ck.world_differences(found, tiny_world) == []
     assert ck.shipped_world(7, tv.TrainConfig(), folder=tmp_path) is None           # other settings: train
-    assert ck.shipped_world(7, TINY, tv.WorldConfig(noise=0.1), folder=tmp_path) is None
-    assert ck.shipped_world(8, TINY, folder=tmp_path) is None                      # no file
+    assert ck.shipped_world(7, tiny_train_config, tv.WorldConfig(noise=0.1), folder=tmp_path) is None
+    assert ck.shipped_world(8, tiny_train_config, folder=tmp_path) is None                      # no file
 
 
 def test_trained_world_serves_the_shipped_default_worlds(monkeypatch, tmp_path):
@@ -187,26 +187,31 @@ def _regenerates(seed: int) -> None:
     assert result["ok"], message
 
 
+@pytest.mark.slow
 class TestShippedWorld0:
     def test_regenerates(self):
         _regenerates(0)
 
 
+@pytest.mark.slow
 class TestShippedWorld1:
     def test_regenerates(self):
         _regenerates(1)
 
 
+@pytest.mark.slow
 class TestShippedWorld2:
     def test_regenerates(self):
         _regenerates(2)
 
 
+@pytest.mark.slow
 class TestShippedWorld3:
     def test_regenerates(self):
         _regenerates(3)
 
 
+@pytest.mark.slow
 class TestShippedWorld4:
     def test_regenerates(self):
         _regenerates(4)

@@ -25,14 +25,20 @@ _PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 _NAMESPACE = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
-@lru_cache(maxsize=1)
-def library_fingerprint() -> str:
+def library_fingerprint(package: Path | str | None = None) -> str:
     """A short SHA-256 of every ``.py`` file of :mod:`companion_lib` and of the data it ships (the tiny-VLM
-    world checkpoints, ``.npz``; data tables, ``.csv``), paths and contents."""
+    world checkpoints, ``.npz``; data tables, ``.csv``), paths and contents. ``package`` is another copy of
+    the package folder to fingerprint (default: this one). The book's build machinery (``bookkit``) lives
+    outside the package, so it is not part of the key: editing it re-executes no notebook."""
+    return _fingerprint(Path(package).resolve() if package is not None else _PACKAGE_ROOT)
+
+
+@lru_cache(maxsize=4)
+def _fingerprint(root: Path) -> str:
     digest = hashlib.sha256()
-    files = [p for pattern in ("*.py", "*.npz", "*.csv") for p in _PACKAGE_ROOT.rglob(pattern)]
+    files = [p for pattern in ("*.py", "*.npz", "*.csv") for p in root.rglob(pattern)]
     for path in sorted(files):
-        digest.update(path.relative_to(_PACKAGE_ROOT).as_posix().encode())
+        digest.update(path.relative_to(root).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 

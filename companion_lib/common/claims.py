@@ -20,8 +20,10 @@ test or a derive-page check, not in a claims table.
 
 ``check`` must be a ``bool`` (or ``numpy.bool_``) computed by the notebook; a literal ``True``,
 ``False`` or ``None`` written into the call is rejected when the call's source can be read (it can in
-notebooks and scripts). :meth:`ClaimTable.export` writes JSON that the scoreboard counts, and the
-table displays itself with the same JSON under :data:`CLAIMS_MIME`.
+notebooks and scripts). :meth:`ClaimTable.export` writes the table's JSON to the claims folder, and the
+table displays itself as HTML that carries the same JSON in a ``<script type="application/json"
+class="claims-data">`` element: the one format in which the scoreboard, the site check and ``make
+reseed`` read a claims table.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ import numpy as np
 from .paths import claims_dir
 
 __all__ = [
-    "Claim", "ClaimTable", "ClaimsFailed", "CLAIMS_MIME", "KINDS", "OUTCOMES",
+    "Claim", "ClaimTable", "ClaimsFailed", "CLAIMS_DATA_CLASS", "KINDS", "OUTCOMES",
     "HOLDS", "DOES_NOT_REPRODUCE", "NOT_RUN",
     "HELD", "FAILED", "DID_NOT_REPRODUCE", "UNEXPECTEDLY_HELD", "NOT_RUN_OUTCOME",
 ]
@@ -62,9 +64,9 @@ OUTCOMES = (HELD, FAILED, DID_NOT_REPRODUCE, UNEXPECTEDLY_HELD, NOT_RUN_OUTCOME)
 #: Outcomes that fail the notebook.
 BAD_OUTCOMES = (FAILED, UNEXPECTEDLY_HELD)
 
-#: Mime type under which a displayed table carries its rows, so the book's scoreboard can collect them
-#: from the executed notebooks of the same build.
-CLAIMS_MIME = "application/vnd.iclr2025-reproduced.claims+json"
+#: Class of the ``<script type="application/json">`` element in which a displayed table carries its JSON, so
+#: the book's scoreboard, site check and reseed read exactly what the page shows.
+CLAIMS_DATA_CLASS = "claims-data"
 SCHEMA_VERSION = 2
 _CHAPTER_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 
@@ -280,11 +282,10 @@ class ClaimTable:
             result = self.MARK[r.outcome] + (f"<br><small>{esc(r.reason)}</small>" if r.reason else "")
             cells = (esc(r.claim), esc(r.paper), esc(r.book), esc(r.criterion), result)
             body.append(f'<tr class="claim-{r.kind}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+        data = json.dumps(self.to_dict(), ensure_ascii=False).replace("</", "<\\/")  # safe inside <script>
         return (f'<table class="claims-table"><thead><tr>{head}</tr></thead>'
-                f"<tbody>{''.join(body)}</tbody></table>")
-
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        return {"text/html": self._repr_html_(), "text/plain": repr(self), CLAIMS_MIME: self.to_dict()}
+                f"<tbody>{''.join(body)}</tbody></table>"
+                f'<script type="application/json" class="{CLAIMS_DATA_CLASS}">{data}</script>')
 
     def __repr__(self) -> str:
         lines = [f"ClaimTable({self.chapter!r}, {len(self._rows)} claims)"]

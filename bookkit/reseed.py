@@ -10,15 +10,16 @@ against its declared kind; the table is printed either way, so the reader sees w
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
 from pathlib import Path
 
-from .claims import CLAIMS_MIME, ClaimTable
+from companion_lib.common.claims import ClaimTable
 
-__all__ = ["find_chapter", "reproduce_notebooks", "run_with_seeds", "claims_from_notebook", "main"]
+from .claims import claims_from_notebook
+
+__all__ = ["find_chapter", "reproduce_notebooks", "run_with_seeds", "main"]
 
 
 def find_chapter(root: Path, chapter: str) -> Path:
@@ -35,17 +36,6 @@ def reproduce_notebooks(folder: Path) -> list[Path]:
     if not notebooks:
         raise ValueError(f"{folder} has no reproduce*.md notebook")
     return notebooks
-
-
-def claims_from_notebook(nb) -> dict | None:
-    """The last claims table displayed in an executed notebook (its JSON), or None."""
-    found = None
-    for cell in nb.get("cells", []):
-        for output in cell.get("outputs", []):
-            payload = output.get("data", {}).get(CLAIMS_MIME)
-            if payload is not None:
-                found = json.loads(payload) if isinstance(payload, str) else payload
-    return found
 
 
 def run_with_seeds(md: Path, seeds: list[int], out_dir: Path, timeout: int = 1800) -> tuple[dict | None, str | None]:
@@ -84,7 +74,7 @@ def _print_table(data: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="make reseed", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bookkit reseed", description=__doc__.splitlines()[0])
     parser.add_argument("--chapter", required=True, help="chapter number or folder name, e.g. 01")
     parser.add_argument("--seeds", required=True, help='seeds separated by spaces or commas, e.g. "11 12 13"')
     parser.add_argument("--root", type=Path, default=Path("."))

@@ -1,10 +1,10 @@
 """Keep every chapter notebook as nbval executed it, so that the book build does not execute it again.
 
-``make test`` runs every chapter notebook once, under nbval (``tests/notebook_plugin.py``). With
-``-p tests.executed_plugin --store-executed DIR`` each notebook that ran completely and passed is
+``make test`` runs every chapter notebook once, under nbval (:mod:`bookkit.pytest_notebooks`). With
+``-p bookkit.pytest_executed --store-executed DIR`` each notebook that ran completely and passed is
 written to ``DIR/<path of its .md>.ipynb``: myst-nb's own reading of the MyST source (the cells the
 book build hashes) with the outputs nbval collected from the kernel. ``python -m
-companion_lib.common.buildtools cache-executed`` then adds those notebooks to the book's
+bookkit cache-executed`` then adds those notebooks to the book's
 jupyter-cache, keyed exactly as myst-nb keys them, and ``jupyter-book build`` serves every page from
 that cache: the website that ``make test`` checks shows the outputs of the test run itself.
 

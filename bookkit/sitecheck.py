@@ -23,7 +23,7 @@ Each defect class a reader has met has its own check, so that a new chapter cann
 
 Use :func:`check_site` on a build folder, or the checks one page at a time::
 
-    python -m companion_lib.common.sitecheck _build/html --claims _build/test-claims
+    python -m bookkit sitecheck _build/html --claims _build/test-claims
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from .claims import rows_from_html
 
 __all__ = ["Problem", "check_page", "check_overview", "check_front_page", "check_exercise_numbers",
            "check_scoreboard", "check_stylesheets", "check_site", "parse_claims_html", "OUTCOMES"]
@@ -192,32 +194,9 @@ def check_front_page(html: str, chapters: list[str], page: str = "index") -> lis
 
 # -- the scoreboard ---------------------------------------------------------------------------------
 def parse_claims_html(text: str) -> list[dict] | None:
-    """The rows of the last ``table.claims-table`` in ``text``, or None when the page shows none.
-
-    Each row is a dict with ``claim``, ``paper``, ``book``, ``criterion``, ``kind``, ``outcome`` and
-    ``reason``, read from the HTML that :class:`companion_lib.common.ClaimTable` displays.
-    """
-    soup = _soup(text)
-    tables = soup.select("table.claims-table")
-    if not tables:
-        return None
-    rows = []
-    for tr in tables[-1].select("tbody > tr"):
-        cells = tr.find_all("td", recursive=False)
-        if len(cells) != 5:
-            continue
-        kind = next((c.removeprefix("claim-") for c in tr.get("class", []) if c.startswith("claim-")), "")
-        result = cells[4]
-        small = result.find("small")
-        reason = small.get_text(" ", strip=True) if small else ""
-        if small:
-            small.extract()
-        mark = result.get_text(" ", strip=True)
-        outcome = next((o for o in sorted(OUTCOMES, key=len, reverse=True) if o in mark), mark)
-        rows.append({"claim": cells[0].get_text(" ", strip=True), "paper": cells[1].get_text(" ", strip=True),
-                     "book": cells[2].get_text(" ", strip=True), "criterion": cells[3].get_text(" ", strip=True),
-                     "kind": kind, "outcome": outcome, "reason": reason})
-    return rows
+    """The rows of the last claims table shown in ``text``, or None when the page shows none: the JSON that
+    :class:`companion_lib.common.ClaimTable` embeds in the HTML it displays (:mod:`bookkit.claims`)."""
+    return rows_from_html(text)
 
 
 def _counts(rows) -> dict[str, int]:
@@ -319,7 +298,7 @@ def check_site(root: Path, claims: Path | None = None) -> list[Problem]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m companion_lib.common.sitecheck",
+    parser = argparse.ArgumentParser(prog="python -m bookkit sitecheck",
                                      description="check a built website for the defects readers met")
     parser.add_argument("site", type=Path, help="the built website, e.g. _build/html")
     parser.add_argument("--claims", type=Path, default=None, help="the claims folder the notebooks exported")

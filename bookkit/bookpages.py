@@ -5,7 +5,7 @@ Directives
 ``{claims-scoreboard}``
     Every chapter's claims, read from the claims table that its ``reproduce`` page *renders* in this
     build (executed or served from the execution cache alike): when a reproduce page is read, the
-    ``claims-table`` HTML output of its notebook is parsed and kept in the build environment, so a page
+    claims JSON embedded in its notebook's table output (:mod:`bookkit.claims`) is kept in the build environment, so a page
     that is not re-read keeps its claims and a cache hit counts exactly what the page shows. The page
     opens with a per-chapter summary (held / did not reproduce / not run, failures, run time, link, a
     small bar per chapter), then lists the rows grouped by chapter. A chapter whose page shows no claims
@@ -31,7 +31,7 @@ Conventions applied to every page
   a CDN: the website works offline. A build without that copy stops with a message saying so.
 * ``bookpages.css``: long equations and wide outputs scroll instead of running off the page.
 
-The ``{paper}`` role marks a number quoted from the paper (see :mod:`companion_lib.common.prose`).
+The ``{paper}`` role marks a number quoted from the paper (see :mod:`bookkit.prose`).
 """
 
 from __future__ import annotations
@@ -48,9 +48,10 @@ from sphinx.errors import ExtensionError
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
+from bookkit.claims import rows_from_html
+
 logger = logging.getLogger(__name__)
 
-CLAIMS_MIME = "application/vnd.iclr2025-reproduced.claims+json"
 SUMMARY_PAGES = ("book/scoreboard", "book/runtimes")
 _REPRODUCE = re.compile(r"^chapters/([^/]+)/reproduce[\w-]*$")  # reproduce.md, or reproduce-*.md
 _EXERCISE_TEXT = re.compile(r"^\s*Exercise\s+(\d+)\b")
@@ -101,13 +102,10 @@ def _collect_claims(app, doctree) -> None:
     match = _REPRODUCE.match(env.docname)
     if not match:
         return
-    found = None
+    rows = None
     for node in doctree.findall(nodes.raw):
-        if "claims-table" in node.astext():
-            found = node.astext()
-    from companion_lib.common.sitecheck import parse_claims_html
-
-    rows = parse_claims_html(found) if found else None
+        found = rows_from_html(node.astext())
+        rows = found if found is not None else rows
     if not hasattr(env, "bookpages_claims"):
         env.bookpages_claims = {}
     env.bookpages_claims[env.docname] = rows

@@ -1,0 +1,146 @@
+"""Tests of the build machinery (bookkit): the execution cache's key, claims read from rendered pages and
+executed notebooks, the prose check and ``make reseed``'s argument handling. The site check, the Colab copies,
+the course kit and the Sphinx extension have their own test files."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bookkit import reseed
+from bookkit.claims import claims_from_html, claims_from_notebook, rows_from_html
+from bookkit.execution import invalidate_cache
+from bookkit.prose import typed_numbers
+from companion_lib.common import ClaimTable
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# -- the execution cache's key -----------------------------------------------------------------------
+def test_typed_numbers_flags_typed_results_only():
+    page = "\n".join([
+        "---", "jupytext:", "  text_representation:", "    format_name: myst", "---",
+        "# Figure 2 in miniature",
+        "The gain is {glue:text}`gain` points; the paper reports {paper}`+12.6 (Fig. 2)`.",
+        "See Fig. 3, Tables 2-4, Section 6 and Theorem 1; GPT-2 and 1-WL (ICLR 2025), $k = 4$, `x = 3`.",
+        "1. A list item [link](https://example.org/v1.2)",
+        "```{code-cell} ipython3", "x = 48", "```",
+        ":::{note}", "It took 3 seconds.", ":::",
+        "$$", "a = 0.5", "$$",
+        "We ran 48 simulations and SD is ~10x faster at 25.7% noise.",
+    ])
+    found = [(line, number) for line, number, _ in typed_numbers(page)]
+    assert found == [(14, "3"), (19, "48"), (19, "10x"), (19, "25.7%")]
+
+
+
+
+def test_invalidate_cache_on_fingerprint_change(tmp_path):
+    cache = tmp_path / ".jupyter_cache"
+    cache.mkdir()
+    assert invalidate_cache(cache) is True  # no stamp yet: cannot prove the cache is current
+    assert not cache.exists()
+    cache.mkdir()
+    assert invalidate_cache(cache) is False  # stamp matches the current library
+    assert cache.exists()
+    stamp = tmp_path / ".jupyter_cache.companion_lib.fingerprint"
+    stamp.write_text("0000000000000000\n")  # as if the library had changed
+    assert invalidate_cache(cache) is True and not cache.exists()
+
+
+
+
+# -- make reseed ---------------------------------------------------------------------------------------
+def test_reseed_rejects_bad_arguments(capsys):
+    for argv in (["--chapter", "01", "--seeds", "a b"], ["--chapter", "01", "--seeds", " "],
+                 ["--chapter", "01", "--seeds", "1", "--timeout", "0"]):
+        with pytest.raises(SystemExit) as info:
+            reseed.main(argv)
+        assert info.value.code == 2
+    assert "--timeout must be a positive" in capsys.readouterr().err
+
+
+def test_reseed_finds_exactly_one_chapter(tmp_path):
+    for name in ("01-a", "02-b", "02-c"):
+        (tmp_path / "chapters" / name).mkdir(parents=True)
+    assert reseed.find_chapter(tmp_path, "01").name == "01-a"
+    with pytest.raises(ValueError, match="exactly one chapter folder"):
+        reseed.find_chapter(tmp_path, "02")
+    with pytest.raises(ValueError, match="matches: none"):
+        reseed.find_chapter(tmp_path, "09")
+    with pytest.raises(ValueError, match="no reproduce"):
+        reseed.reproduce_notebooks(tmp_path / "chapters" / "01-a")
+
+
+def test_editing_the_build_package_keeps_the_execution_cache(tmp_path):
+    # a copy of the repository's two packages; `python -m bookkit invalidate-cache` run there, as `make book` does
+    for name in ("companion_lib", "bookkit"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    cache = tmp_path / "_build" / ".jupyter_cache"
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+
+    def invalidate() -> str:
+        cache.mkdir(parents=True, exist_ok=True)
+        (cache / "record").write_text("an executed notebook")
+        out = subprocess.run([sys.executable, "-m", "bookkit", "invalidate-cache", "--cache", str(cache)],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
+        return out.stdout
+
+    used = subprocess.run([sys.executable, "-c", "import bookkit, companion_lib; print(bookkit.__file__, companion_lib.__file__)"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert all(Path(f).is_relative_to(tmp_path) for f in used)         # the copies run, not the checkout
+    assert "emptied" in invalidate()                                    # no stamp yet: emptied once
+    assert invalidate() == "" and (cache / "record").is_file()         # unchanged: kept
+    sitecheck = tmp_path / "bookkit" / "sitecheck.py"
+    sitecheck.write_text(sitecheck.read_text() + "\n# a fixed typo in the site check\n")
+    assert invalidate() == "" and (cache / "record").is_file()         # build package edited: still kept
+    glue_py = tmp_path / "companion_lib" / "common" / "glue.py"
+    glue_py.write_text(glue_py.read_text() + "\n# a change in the library\n")
+    assert "emptied" in invalidate()                                    # library edited: every notebook re-runs
+
+
+def test_the_wheel_packages_only_the_library():
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert config["tool"]["setuptools"]["packages"]["find"]["include"] == ["companion_lib*"]
+    assert not any((ROOT / "companion_lib").rglob("*sitecheck*")) and not any((ROOT / "companion_lib").rglob("*reseed*"))
+
+
+# -- claims as they travel -----------------------------------------------------------------------------
+def _table() -> ClaimTable:
+    t = ClaimTable("99-demo")
+    value = 0.75
+    t.holds("a </script> in a claim", paper="Fig. 1", book=value, criterion="> 0.5", check=value > 0.5)
+    t.not_run("another", paper="Table 2", reason="no data")
+    return t
+
+
+def test_claims_are_read_from_the_html_the_table_displays():
+    t = _table()
+    html = t._repr_html_()
+    assert html.count("</script>") == 1                                 # the row's text cannot end the element
+    data = claims_from_html("<p>before</p>" + html)
+    assert data == json.loads(json.dumps(t.to_dict())) and data["counts"]["held"] == 1
+    assert rows_from_html(html)[0]["claim"] == "a </script> in a claim"
+    assert claims_from_html("<table class='claims-table'></table>") is None and rows_from_html("") is None
+    with pytest.raises(ValueError, match="claims"):
+        claims_from_html('<script type="application/json" class="claims-data">{"n": 1}</script>')
+
+
+def test_claims_are_read_from_the_last_table_of_an_executed_notebook():
+    first, second = ClaimTable("99-a"), _table()
+    x = 1.0
+    first.holds("one", paper="p", book=x, criterion="c", check=x > 0)
+    nb = {"cells": [{"outputs": [{"data": {"text/html": first._repr_html_()}}]},
+                    {"outputs": [{"data": {"text/plain": "x"}},
+                                 {"data": {"text/html": second._repr_html_().splitlines(keepends=True)}}]},
+                    {"outputs": [{"data": {"text/html": "<p>a figure</p>"}}]}]}
+    assert claims_from_notebook(nb)["chapter"] == "99-demo"
+    assert claims_from_notebook({"cells": []}) is None
