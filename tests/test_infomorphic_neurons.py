@@ -1,4 +1,4 @@
-"""Unit tests for companion_lib.infomorphic (Schneider, Neuhaus, Ehrlich et al., ICLR 2025)."""
+"""Unit tests for companion_lib.infomorphic_neurons (Schneider, Neuhaus, Ehrlich et al., ICLR 2025)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from companion_lib import infomorphic as im
-from companion_lib.infomorphic.network import with_
+from companion_lib import infomorphic_neurons as im
+from companion_lib.infomorphic_neurons.network import with_
 
 
 def _gate(f):
