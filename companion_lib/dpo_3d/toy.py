@@ -110,7 +110,7 @@ def run_toy_dpo(references: ToyPolicy | Sequence[ToyPolicy], x: torch.Tensor, ch
     Returns arrays of shape (R, epochs + 1, P) (epoch 0 = start): ``p_chosen``, ``p_rejected``,
     ``p_unseen`` (all other responses), ``logp_chosen``, ``logp_rejected`` and ``log10_grad_chosen``,
     ``log10_grad_rejected`` (magnitudes of :math:`\\partial\\ell/\\partial\\pi^\\pm` from
-    :func:`~companion_lib.dpo3d.losses.dpo_loss`, in decades).
+    :func:`~companion_lib.dpo_3d.losses.dpo_loss`, in decades).
     """
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")

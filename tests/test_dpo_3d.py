@@ -1,4 +1,4 @@
-"""Unit tests of companion_lib.dpo3d: the (Flex-)DPO loss and its diagnostics, the toy model, the tiny-LM world."""
+"""Unit tests of companion_lib.dpo_3d: the (Flex-)DPO loss and its diagnostics, the toy model, the tiny-LM world."""
 
 import math
 
@@ -7,11 +7,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from companion_lib.dpo3d import (TOY_SCENARIOS, ToyPolicy, dpo_loss, exact_kl_policy_optimization,
-                                 exact_logprobs, fit_reference, fit_toy_reference, make_policy, make_world,
-                                 peaked_distribution, policy_metrics, preference_pairs, prob_space_gradients,
-                                 reference_target, rm_loss, run_toy_dpo, toy_pairs, toy_prompts, train_dpo_lm,
-                                 train_reward_model)
+from companion_lib.dpo_3d import (TOY_SCENARIOS, ToyPolicy, dpo_loss, exact_kl_policy_optimization,
+                                  exact_logprobs, fit_reference, fit_toy_reference, make_policy, make_world,
+                                  peaked_distribution, policy_metrics, preference_pairs, prob_space_gradients,
+                                  reference_target, rm_loss, run_toy_dpo, toy_pairs, toy_prompts, train_dpo_lm,
+                                  train_reward_model)
 
 torch.set_num_threads(1)
 
@@ -251,7 +251,7 @@ def test_dpo_rm_and_exact_rlhf_loops(lm_setup):
 def test_mean_lower_bound_matches_student_t_interval():
     from scipy import stats
 
-    from companion_lib.dpo3d import mean_lower_bound
+    from companion_lib.dpo_3d import mean_lower_bound
 
     d = np.array([0.2, -0.1, 0.4, 0.3, 0.05, 0.15])
     lo, _ = stats.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=stats.sem(d))
