@@ -1,4 +1,4 @@
-"""Tests of companion_lib.sae (chapter 13: SAEs do not find canonical units).
+"""Tests of companion_lib.sae_canonical_units (chapter 13: SAEs do not find canonical units).
 
 The TopK/BatchTopK forward pass and reconstruction loss are cross-checked against sae-lens 6.54
 (``TopKTrainingSAE``, ``BatchTopKTrainingSAE``) on the same weights and data; sae-lens is imported only
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from companion_lib import sae as S
+from companion_lib import sae_canonical_units as S
 
 
 @pytest.fixture(scope="module")
