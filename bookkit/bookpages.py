@@ -31,7 +31,8 @@ Conventions applied to every page
   a CDN: the website works offline. A build without that copy stops with a message saying so.
 * ``bookpages.css``: long equations and wide outputs scroll instead of running off the page.
 
-The ``{paper}`` role marks a number quoted from the paper (see :mod:`bookkit.prose`).
+The ``{paper}`` role marks a number quoted from the paper, the ``{n}`` role a number of the text itself
+(not a result); see :mod:`bookkit.prose`.
 """
 
 from __future__ import annotations
@@ -502,9 +503,17 @@ def paper_role(name, rawtext, text, lineno, inliner, options=None, content=None)
     return [node], []
 
 
+def text_number_role(name, rawtext, text, lineno, inliner, options=None, content=None):
+    """``{n}`four```: a number of the text itself (a definition, the steps of an argument, the size of a toy
+    input shown in code beside it), not a result; shown as written. The prose check accepts it outside
+    reproduce pages (:mod:`bookkit.prose`)."""
+    return [nodes.inline(rawtext, text, classes=["text-number"])], []
+
+
 def setup(app):
     app.add_config_value("bookpages_runtime_report", "", "env")
     app.add_role("paper", paper_role)
+    app.add_role("n", text_number_role)
     app.add_directive("claims-scoreboard", ClaimsScoreboard)
     app.add_directive("runtime-table", RuntimeTable)
     app.add_directive("notebook-runtimes", NotebookRuntimes)
