@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from companion_lib import sae_canonical_units as S
+from companion_lib.sae_canonical_units import stitching
 
 
 @pytest.fixture(scope="module")
@@ -130,12 +131,12 @@ def test_insertion_deltas_match_brute_force(world_and_data):
     DA, DB = A.as_dictionary(), B.as_dictionary()
     delta = S.insertion_deltas(A, B, Xt)
     x = Xt.astype(np.float64)
-    base = S._mse(DA, x)
+    base = stitching._mse(DA, x)
     for j in (0, 5, 11):
-        U = S._union(DA, DB).subset(list(range(8)) + [8 + j])
-        assert np.isclose(S._mse(U, x) - base, delta[j], rtol=1e-6, atol=1e-9)
+        U = stitching._union(DA, DB).subset(list(range(8)) + [8 + j])
+        assert np.isclose(stitching._mse(U, x) - base, delta[j], rtol=1e-6, atol=1e-9)
     # a B latent inside the union fires exactly as in B
-    U = S._union(DA, DB)
+    U = stitching._union(DA, DB)
     assert np.allclose(U.encode(x)[:, 8:], DB.encode(x), atol=1e-5)
 
 
@@ -149,7 +150,7 @@ def test_stitching_path_ends_with_every_move(world_and_data):
     removed = [i for _, a, _ in moves for i in a]
     assert len(removed) == len(set(removed))    # every A latent is removed at most once
     assert len(path) == len(moves) + 1
-    assert np.isclose(path[0], S._mse(A.as_dictionary(), Xt[:300].astype(np.float64)))
+    assert np.isclose(path[0], stitching._mse(A.as_dictionary(), Xt[:300].astype(np.float64)))
 
 
 def test_recovery_metrics():

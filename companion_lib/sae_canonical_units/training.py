@@ -1,0 +1,190 @@
+r"""Training: TopK/BatchTopK SAEs with the AuxK loss, unit-norm decoder rows and BatchTopK's inference
+threshold, many in one batched loop (:func:`train_saes`), and meta-SAEs on the decoder rows of another SAE."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .model import SparseAutoencoder, _as_tensor, _check_k
+
+__all__ = ["TrainHistory", "train_sae", "train_saes", "train_meta_sae", "train_meta_saes"]
+
+
+@dataclass
+class TrainHistory:
+    loss: list = field(default_factory=list)
+    dead: list = field(default_factory=list)
+
+
+def train_saes(Xs, width: int, k: int, kind: str = "batchtopk", steps: int = 3000, batch_size: int = 256,
+               lr: float = 3e-3, k_aux: int = 16, aux_alpha: float = 1 / 32, dead_after: int = 200,
+               fix_b_dec_zero: bool = False, seeds=(0,), threshold_momentum: float = 0.99):
+    r"""Train one TopK/BatchTopK SAE per data set in ``Xs`` (a list of arrays with the same number of
+    columns), all in one batched loop; returns ``(saes, histories)``. SAE $r$ sees only ``Xs[r]`` and
+    draws its initialisation and batches from ``seeds[r]``; the models share nothing but the loop (their
+    losses are summed, and Adam is elementwise), so each is trained as it would be alone.
+
+    Loss per batch: $\frac1B\sum_b\|x_b-\hat x_b\|^2+\alpha\frac1B\sum_b\|e_b-\hat e_b\|^2$, where
+    $e=(x-\hat x)$ is detached and $\hat e = \mathrm{TopK}_{k_{aux}}(z_{\text{dead}})W_{dec}$ uses only
+    latents that have not fired for ``dead_after`` steps (AuxK). The decoder gradient is projected
+    orthogonal to the rows before each Adam step and the rows are renormalised to unit norm after it.
+    $b_{dec}$ starts at the data mean (or is fixed at zero with ``fix_b_dec_zero``, as for meta-SAEs).
+    A batch is ``batch_size`` rows drawn with replacement, or every row once when ``batch_size`` is at
+    least the number of rows (full batch). BatchTopK's inference threshold $\theta$ is an exponential
+    moving average (``threshold_momentum``) of the smallest activation kept by batch top-k in each batch.
+    """
+    Xs = [_as_tensor(X, "X") for X in Xs]
+    if not Xs:
+        raise ValueError("Xs must hold at least one data set")
+    seeds = list(seeds)
+    if len(seeds) != len(Xs):
+        raise ValueError(f"seeds must give one seed per data set ({len(Xs)}), got {len(seeds)}")
+    d = Xs[0].shape[1]
+    if any(X.shape[1] != d for X in Xs):
+        raise ValueError("every data set in Xs must have the same number of columns")
+    if kind not in ("topk", "batchtopk"):
+        raise ValueError(f"kind must be 'topk' or 'batchtopk', got {kind!r}")
+    k = _check_k(k, width)
+    if steps < 1 or batch_size < 1:
+        raise ValueError(f"steps and batch_size must be positive, got {steps}, {batch_size}")
+    R = len(Xs)
+    gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
+    W_dec = torch.stack([torch.nn.functional.normalize(torch.randn(width, d, generator=g), dim=1) for g in gens])
+    W_enc = W_dec.transpose(1, 2).clone()
+    b_enc = torch.zeros(R, width)
+    b_dec = torch.zeros(R, d) if fix_b_dec_zero else torch.stack([X.mean(0) for X in Xs])
+    for t in (W_enc, b_enc, W_dec, b_dec):
+        t.requires_grad_(True)
+    params = [W_enc, b_enc, W_dec] + ([] if fix_b_dec_zero else [b_dec])
+    opt = torch.optim.Adam(params, lr=lr)
+    # batches: B_r rows for model r (every row when the batch covers the data), padded to B rows
+    sizes = [min(batch_size, X.shape[0]) for X in Xs]
+    full = [batch_size >= X.shape[0] for X in Xs]
+    B = max(sizes)
+    valid = (torch.arange(B)[None, :] < torch.tensor(sizes)[:, None])            # R x B
+    n_keep = torch.tensor(sizes) * k                                             # batch top-k per model
+    keep_rank = torch.arange(B * k)[None, :] < n_keep[:, None]
+    inv_size = 1.0 / torch.tensor(sizes, dtype=torch.float32)
+    # every model's batch fills all B rows: the masks are all ones, and multiplying by them (forward or
+    # backward) changes no bit, so they are skipped; batch top-k then keeps all B*k values, in any order
+    all_valid = all(size == B for size in sizes)
+    mask = None if all_valid else valid[:, :, None]
+    rows_full = torch.zeros(R, B, d)
+    for r, X in enumerate(Xs):
+        if full[r]:
+            rows_full[r, :sizes[r]] = X
+    same = not any(full) and len({X.shape[0] for X in Xs}) == 1
+    if same:   # every model draws its batches from its own generator, all steps at once
+        X_all = torch.stack(Xs)
+        n_rows = X_all.shape[1]
+        batch_idx = torch.stack([torch.randint(0, n_rows, (steps, B), generator=g) for g in gens], 1)
+        batch_idx += (n_rows * torch.arange(R))[:, None]         # row indices into the R * n_rows stacked rows
+        X_flat = X_all.reshape(R * n_rows, d)                     # (index_select copies the same rows, faster)
+    last_fired = torch.zeros(R, width, dtype=torch.long)
+    k_aux = min(int(k_aux), width)
+    theta = torch.full((R,), float("nan"))
+    losses, deads = [], []
+    inf = torch.tensor(float("inf"))
+    for step in range(steps):
+        if all(full):
+            x = rows_full
+        elif same:
+            x = X_flat.index_select(0, batch_idx[step].reshape(-1)).reshape(R, B, d)
+        else:
+            x = rows_full.clone()
+            for r, X in enumerate(Xs):
+                if not full[r]:
+                    x[r, :sizes[r]] = X[torch.randint(0, X.shape[0], (sizes[r],), generator=gens[r])]
+        z = torch.baddbmm(b_enc[:, None, :], x - b_dec[:, None, :], W_enc)      # R x B x width
+        zr = torch.relu(z) if all_valid else torch.relu(z) * mask
+        if kind == "batchtopk":
+            top = torch.topk(zr.reshape(R, -1), B * k, dim=1, sorted=not all_valid)   # same kept set either way
+            kept = top.values if all_valid else top.values * keep_rank
+            # (scatter_ into fresh zeros: the same values and gradients as zeros_like(...).scatter, one copy fewer)
+            f = torch.zeros(R, B * width).scatter_(1, top.indices, kept).reshape(R, B, width)
+        else:
+            top = torch.topk(zr, k, dim=-1)
+            f = torch.zeros(R, B, width).scatter_(-1, top.indices, top.values)
+        x_hat = torch.baddbmm(b_dec[:, None, :], f, W_dec)
+        err = (x - x_hat) if all_valid else (x - x_hat) * mask
+        per_model = err.pow(2).sum(-1).sum(-1) * inv_size
+        loss = per_model.sum()
+        with torch.no_grad():
+            if kind == "batchtopk":   # = (f > 0).any(1), counted on the B*k kept entries only (exact integers)
+                fired = torch.zeros(R, width).scatter_add_(1, top.indices % width, (kept > 0).float()) > 0
+            else:
+                fired = (f > 0).any(1)
+            last_fired.masked_fill_(fired, step)
+            dead = (step - last_fired) >= dead_after                            # R x width
+        if aux_alpha > 0 and bool(dead.any()):
+            e = err.detach()
+            cols = torch.nonzero(dead.any(0)).squeeze(1)          # latents dead in some model
+            z_dead = zr[:, :, cols] * dead[:, None, cols]
+            if len(cols) > k_aux:                                  # else every dead latent is used
+                top_aux = torch.topk(z_dead, k_aux, dim=-1, sorted=False)   # the same kept set, unordered
+                z_dead = torch.zeros(z_dead.shape).scatter_(-1, top_aux.indices, top_aux.values)
+            e_aux = e - torch.bmm(z_dead, W_dec[:, cols])
+            aux = (e_aux if all_valid else e_aux * mask).pow(2).sum(-1).sum(-1) * inv_size
+            per_model = per_model + aux_alpha * aux * dead.any(1)
+            loss = loss + aux_alpha * (aux * dead.any(1)).sum()
+        for t in params:      # opt.zero_grad(set_to_none=True), without the optimizer's bookkeeping
+            t.grad = None
+        loss.backward()
+        with torch.no_grad():
+            g = W_dec.grad
+            g -= (g * W_dec).sum(-1, keepdim=True) * W_dec
+        opt.step()
+        with torch.no_grad():
+            W_dec /= W_dec.norm(dim=-1, keepdim=True)
+            if kind == "batchtopk":
+                # the smallest kept activation: f's positive entries are exactly the positive kept values
+                m = torch.where(kept > 0, kept, inf).amin(dim=1)
+                ok = torch.isfinite(m)
+                first = ok & torch.isnan(theta)
+                theta = torch.where(first, m, torch.where(ok, threshold_momentum * theta + (1 - threshold_momentum) * m, theta))
+            losses.append(per_model.detach())
+            deads.append(dead.sum(1))
+    losses, deads = torch.stack(losses).numpy(), torch.stack(deads).numpy()
+    saes, histories = [], []
+    with torch.no_grad():
+        for r in range(R):
+            sae = SparseAutoencoder(d, width, k, kind, W_enc=W_enc[r].detach(), b_enc=b_enc[r].detach(),
+                                    W_dec=W_dec[r].detach(), b_dec=b_dec[r].detach())
+            if kind == "batchtopk" and torch.isfinite(theta[r]):
+                sae.threshold.fill_(float(theta[r]))
+            saes.append(sae)
+            histories.append(TrainHistory([float(v) for v in losses[:, r]], [int(v) for v in deads[:, r]]))
+    return saes, histories
+
+
+def train_sae(X, width: int, k: int, kind: str = "batchtopk", steps: int = 3000, batch_size: int = 256,
+              lr: float = 3e-3, k_aux: int = 16, aux_alpha: float = 1 / 32, dead_after: int = 200,
+              fix_b_dec_zero: bool = False, seed: int = 0, threshold_momentum: float = 0.99):
+    r"""Train one TopK/BatchTopK SAE on the rows of ``X``; returns ``(sae, history)``. The loop is
+    :func:`train_saes` with a single data set (see there for the loss, AuxK, the decoder constraint and
+    the inference threshold)."""
+    saes, histories = train_saes([X], width, k, kind, steps=steps, batch_size=batch_size, lr=lr, k_aux=k_aux,
+                                 aux_alpha=aux_alpha, dead_after=dead_after, fix_b_dec_zero=fix_b_dec_zero,
+                                 seeds=[seed], threshold_momentum=threshold_momentum)
+    return saes[0], histories[0]
+
+
+def train_meta_saes(row_sets, width: int, k: int = 3, steps: int = 3000, lr: float = 3e-3,
+                    fix_b_dec_zero: bool = True, seeds=(0,), **kw):
+    r"""Meta-SAEs, one per set of decoder rows in ``row_sets``: BatchTopK SAEs whose data points are the
+    unit decoder rows $d^B_j$ of another SAE, trained full-batch (every row in every step). $b_{dec}$ is
+    fixed at zero by default: decoder directions are not centred data, and subtracting their mean
+    removes the shared atoms."""
+    row_sets = [_as_tensor(rows, "decoder_rows") for rows in row_sets]
+    return train_saes(row_sets, width, k, "batchtopk", steps=steps, batch_size=max(len(r) for r in row_sets), lr=lr,
+                      fix_b_dec_zero=fix_b_dec_zero, seeds=seeds, **kw)
+
+
+def train_meta_sae(decoder_rows, width: int, k: int = 3, steps: int = 3000, lr: float = 3e-3,
+                   fix_b_dec_zero: bool = True, seed: int = 0, **kw):
+    r"""One meta-SAE on ``decoder_rows`` (see :func:`train_meta_saes`); returns ``(meta_sae, history)``."""
+    saes, histories = train_meta_saes([decoder_rows], width, k, steps=steps, lr=lr, fix_b_dec_zero=fix_b_dec_zero,
+                                      seeds=[seed], **kw)
+    return saes[0], histories[0]
