@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from companion_lib import cmnl_pricing as cp
+from companion_lib.cmnl_pricing import policies
 
 
 @pytest.fixture
@@ -213,7 +214,7 @@ def test_regret_curves_and_growth_statistics():
 
 def test_mnl_pricing_formula_without_censoring():
     a, b = np.array([0.5, 0.2, 0.8]), np.array([0.5, 0.9, 0.3])
-    mask, prices, B = cp._mnl_pricing(a, b, 3)
+    mask, prices, B = policies._mnl_pricing(a, b, 3)
     np.testing.assert_allclose(prices, 1 / b + B)
     # prices are stationary points of the uncensored revenue: compare with a tiny perturbation
     R = lambda p: float(np.sum(p * np.exp(a - b * p)) / (1 + np.sum(np.exp(a - b * p))))
