@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from companion_lib import diffusion_shapley as ds
+from companion_lib.diffusion_shapley import ddpm, experiment
 
 
 @pytest.fixture(autouse=True)
@@ -255,7 +256,7 @@ def test_training_reduces_loss_and_does_not_modify_input():
     eps = torch.randn(x0.shape, generator=g)
     a = s.alpha_bars[t][..., None]
     xt = a.sqrt() * x0 + (1 - a).sqrt() * eps
-    loss = lambda th: ((ds._forward(th, xt, t, s.T) - eps) ** 2).mean().item()  # noqa: E731
+    loss = lambda th: ((ddpm._forward(th, xt, t, s.T) - eps) ** 2).mean().item()  # noqa: E731
     assert loss(trained) < 0.8 * loss(p)
 
 
@@ -427,13 +428,13 @@ def test_loss_gradients_match_autograd_point_by_point():
     t = torch.randint(0, schedule.T, (5,), generator=g)
     eps = torch.randn(5, 2, generator=g)
     pts = torch.as_tensor(X[:4])
-    G = ds._loss_gradients(params, pts, schedule, t, eps)
+    G = experiment._loss_gradients(params, pts, schedule, t, eps)
     assert G.shape == (4, ds.n_params(params))
     for j in range(4):
         theta = {k: v.clone().requires_grad_(True) for k, v in params.items()}
         ab = schedule.alpha_bars[t][:, None]
         xt = ab.sqrt() * pts[j] + (1 - ab).sqrt() * eps
-        loss = ((ds._forward(theta, xt[None], t[None], schedule.T)[0] - eps) ** 2).mean()
+        loss = ((ddpm._forward(theta, xt[None], t[None], schedule.T)[0] - eps) ** 2).mean()
         loss.backward()
         ref = torch.cat([theta[k].grad.reshape(-1) for k in sorted(theta)])
         torch.testing.assert_close(G[j], ref, rtol=1e-4, atol=1e-6)
