@@ -245,21 +245,3 @@ def test_dpo_rm_and_exact_rlhf_loops(lm_setup):
     with pytest.raises(ValueError, match="reward"):
         exact_kl_policy_optimization(ref, world, world.reward_table()[:1])
     assert make_policy(world, seed=0).config.vocab_size == world.vocab_size
-
-
-# ------------------------------------------------------------------------- robust checks (stats)
-def test_mean_lower_bound_matches_student_t_interval():
-    from scipy import stats
-
-    from companion_lib.dpo_3d import mean_lower_bound
-
-    d = np.array([0.2, -0.1, 0.4, 0.3, 0.05, 0.15])
-    lo, _ = stats.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=stats.sem(d))
-    assert mean_lower_bound(d) == pytest.approx(lo)
-    assert mean_lower_bound(d, level=0.5) > mean_lower_bound(d)  # a lower level gives a tighter bound
-    assert mean_lower_bound([1.0, 1.0, 1.0]) == pytest.approx(1.0)
-    for bad in ([1.0], [1.0, np.nan]):
-        with pytest.raises(ValueError):
-            mean_lower_bound(bad)
-    with pytest.raises(ValueError, match="level"):
-        mean_lower_bound(d, level=1.0)

@@ -206,11 +206,3 @@ def test_stopped_stitching_path_decreases_at_every_step(world_and_data):
     assert len(path) == len(moves) + 1 and (np.diff(path) < 0).all()
     full, _ = S.stitching_path(A, B, Xt[:300], stop=False)
     assert np.allclose(full[:len(path)], path)      # the same greedy choices until it stops
-
-
-def test_mean_ci():
-    m, lo, hi = S.mean_ci([0.1, 0.2, 0.3, np.nan])
-    assert np.isclose(m, 0.2) and np.isclose(hi - m, m - lo)
-    assert np.isclose(hi - m, 4.302653 * 0.1 / np.sqrt(3), rtol=1e-5)   # t_{0.975, 2}
-    with pytest.raises(ValueError, match="at least two"):
-        S.mean_ci([1.0])

@@ -398,28 +398,3 @@ def test_train_bad_input(tiny_train_config):
         tv.TrainConfig(batch_size=0)
     with pytest.raises(ValueError, match="divisible"):
         tv.tiny_llama_config(hidden_size=30, n_head=8)
-
-
-# -- replicates ---------------------------------------------------------------------------------
-def test_replicate_bounds():
-    from scipy import stats
-    v = [0.2, 0.3, 0.4]
-    assert tv.replicate_mean(v) == pytest.approx(0.3)
-    half = stats.t.ppf(0.95, 2) * 0.1 / np.sqrt(3)
-    assert tv.replicate_lower(v) == pytest.approx(0.3 - half)
-    assert tv.replicate_upper(v) == pytest.approx(0.3 + half)
-    assert tv.replicate_lower([0.5]) == -np.inf and tv.replicate_upper([0.5]) == np.inf
-    assert tv.replicate_lower([0.5, 0.5, 0.5]) == pytest.approx(0.5)
-    # Wilson: all 9 of 9 gives about 0.77; 8 of 9 stays below 2/3
-    assert tv.proportion_lower(9, 9) == pytest.approx(0.769, abs=2e-3)
-    assert tv.proportion_lower(8, 9) < 2 / 3 < tv.proportion_lower(9, 9)
-    assert tv.proportion_lower(0, 5) == pytest.approx(0.0, abs=1e-12)
-    assert tv.format_replicates([1, 2], ".1f") == "1.0 / 2.0 (mean 1.5)"
-    with pytest.raises(ValueError, match="values must hold"):
-        tv.replicate_mean([])
-    with pytest.raises(ValueError, match="level"):
-        tv.replicate_lower(v, level=1.5)
-    with pytest.raises(ValueError, match="successes"):
-        tv.proportion_lower(4, 3)
-    with pytest.raises(ValueError, match="trials must be"):
-        tv.proportion_lower(1, -1)

@@ -13,6 +13,7 @@ import pandas as pd
 
 from scipy import stats
 
+from ..common.replicates import mean_interval
 from .methods import (Attribution, Scorer, attention_attribution, average_precision, context_cite, faithfulness,
                       hierarchical_loo, loo, pruned_loo)
 
@@ -80,20 +81,18 @@ def per_prompt_ap(results: dict, method: str, truth: str = "exact LOO", threshol
 
 
 def paired_interval(diff, level: float = 0.95) -> dict:
-    r"""Mean of paired differences and its two-sided Student-t interval at ``level`` (``nan`` entries dropped).
+    r"""Mean of paired differences and its two-sided Student-t interval at ``level`` (``nan`` entries dropped):
+    :func:`~companion_lib.common.replicates.mean_interval` of the other entries, with their standard error and
+    number.
 
     :math:`\bar d \pm t_{n-1,(1+\text{level})/2}\, s_d/\sqrt n`: the lower end is what a check stricter
     than "the mean clears the margin" compares with the margin.
     """
     d = np.asarray(diff, float)
     d = d[~np.isnan(d)]
-    if d.size < 2:
-        raise ValueError(f"diff needs at least two non-nan entries, got {d.size}")
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level}")
-    m, se = float(d.mean()), float(d.std(ddof=1) / np.sqrt(d.size))
-    half = float(stats.t.ppf(0.5 + level / 2, d.size - 1)) * se
-    return {"mean": m, "lo": m - half, "hi": m + half, "se": se, "n": int(d.size)}
+    lo, hi = mean_interval(d, level)
+    return {"mean": float(d.mean()), "lo": lo, "hi": hi, "se": float(d.std(ddof=1) / np.sqrt(d.size)),
+            "n": int(d.size)}
 
 
 def map_difference(results: dict, method: str, baseline: str, truth: str = "exact LOO", threshold: float = 1.0,

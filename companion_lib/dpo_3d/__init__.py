@@ -7,11 +7,9 @@ Forward", ICLR 2025; arXiv 2406.07327).
 * :mod:`.toy` -- the paper's toy model (Section 3.2, Figs. 1-3): an MLP policy over prompts and ten responses.
 * :mod:`.lm` -- a tiny causal transformer on an enumerable response space: SFT reference, on-/off-policy
   pairs (Table 1), DPO variants (Fig. 4), reward model (Fig. 5), exact KL-regularised RL (Table 2).
-* :mod:`.stats` -- the lower confidence bound of a mean over replicate models (robust claim checks).
 """
 
 from .losses import DPOOutput, dpo_loss, prob_space_gradients, rm_loss
-from .stats import mean_lower_bound
 from .toy import (TOY_SCENARIOS, ToyPolicy, fit_toy_reference, reference_target, run_toy_dpo, toy_pairs,
                   toy_prompts)
 
@@ -29,7 +27,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "DPOOutput", "PreferenceWorld", "TOY_SCENARIOS", "ToyPolicy", "dpo_loss", "exact_kl_policy_optimization",
-    "exact_logprobs", "fit_reference", "fit_toy_reference", "lm_experiment", "make_policy", "make_world", "mean_lower_bound",
+    "exact_logprobs", "fit_reference", "fit_toy_reference", "lm_experiment", "make_policy", "make_world",
     "peaked_distribution", "policy_metrics", "preference_pairs", "prob_space_gradients", "reference_target", "rm_loss", "run_toy_dpo",
     "toy_pairs", "toy_prompts", "train_dpo_lm", "train_reward_model",
 ]

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..common.replicates import mean_interval
 from .pid import atom_labels, pid_from_joint
 
 # The paper's goals (official configs), by atom label; every other gamma is 0.
@@ -327,12 +328,8 @@ def with_(cfg: TrainConfig, **kw) -> TrainConfig:
 
 
 def paired_interval(diff, level: float = 0.95) -> tuple:
-    r"""Mean and two-sided ``level`` t-interval $(\bar d, lo, hi)$ of paired differences ``diff``."""
-    from scipy import stats
+    r"""Mean and two-sided ``level`` t-interval $(\bar d, lo, hi)$ of paired differences ``diff``
+    (:func:`~companion_lib.common.replicates.mean_interval`)."""
     d = np.asarray(diff, dtype=float).ravel()
-    if d.size < 2:
-        raise ValueError(f"diff needs at least two paired differences, got {d.size}")
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level!r}")
-    half = stats.t.ppf((1 + level) / 2, d.size - 1) * d.std(ddof=1) / np.sqrt(d.size)
-    return float(d.mean()), float(d.mean() - half), float(d.mean() + half)
+    lo, hi = mean_interval(d, level)
+    return float(d.mean()), lo, hi

@@ -33,12 +33,12 @@ The package, in the order the chapter uses it:
 * :mod:`.stitching` -- insertion deltas, swap groups and stitching paths.
 * :mod:`.experiment` -- the book's runs over worlds and seeds, and their per-world summary.
 
-Only numpy and torch are used at run time (and scipy, for the $t$ quantile of :func:`mean_ci`).
+Only numpy and torch are used at run time.
 """
 
 from .evaluation import (alive_latents, atom_hit_fraction, classify_latents, max_cosine, mean_l0, meta_decomposition,
                          nmse, recovered_fraction)
-from .experiment import mean_ci, run_experiment, run_experiments, summarize
+from .experiment import run_experiment, run_experiments, summarize
 from .model import JumpReLUDictionary, SparseAutoencoder, batch_topk, topk_per_sample
 from .stitching import insertion_deltas, stitching_path, swap_groups
 from .training import TrainHistory, train_meta_sae, train_meta_saes, train_sae, train_saes
@@ -49,5 +49,5 @@ __all__ = [
     "batch_topk", "topk_per_sample", "TrainHistory", "train_sae", "train_saes", "train_meta_sae", "train_meta_saes",
     "nmse", "mean_l0", "alive_latents", "max_cosine", "recovered_fraction", "classify_latents", "insertion_deltas",
     "stitching_path", "swap_groups", "meta_decomposition", "atom_hit_fraction", "run_experiments", "run_experiment",
-    "mean_ci", "summarize",
+    "summarize",
 ]

@@ -12,7 +12,7 @@ from .evaluation import (alive_latents, atom_hit_fraction, classify_latents, max
                          recovered_fraction)
 from .stitching import _mse, insertion_deltas, stitching_path
 
-__all__ = ["run_experiments", "run_experiment", "mean_ci", "summarize"]
+__all__ = ["run_experiments", "run_experiment", "summarize"]
 
 
 def _spearman(a, b) -> float:
@@ -100,19 +100,6 @@ def run_experiments(seeds, replicates: int = 1, widths=(16, 32, 64, 128), k: int
 def run_experiment(seed: int, **kw) -> dict:
     r"""One world of :func:`run_experiments` (seed ``seed``, replicate 0)."""
     return run_experiments([seed], replicates=1, **kw)[0]
-
-
-def mean_ci(values, level: float = 0.95) -> tuple[float, float, float]:
-    r"""Mean of ``values`` (NaN ignored) and the two-sided Student-$t$ interval at ``level``:
-    $\bar v \pm t_{(1+\text{level})/2,\,n-1}\,s/\sqrt n$. Returns ``(mean, low, high)``; scipy gives $t$."""
-    from scipy import stats
-
-    v = np.asarray(values, dtype=float)
-    v = v[np.isfinite(v)]
-    if v.size < 2:
-        raise ValueError(f"mean_ci needs at least two finite values, got {v.size}")
-    m, half = float(v.mean()), float(stats.t.ppf((1 + level) / 2, v.size - 1) * v.std(ddof=1) / np.sqrt(v.size))
-    return m, m - half, m + half
 
 
 def summarize(results: list[dict]) -> "pandas.DataFrame":

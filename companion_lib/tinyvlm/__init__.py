@@ -7,8 +7,6 @@ hallucination heads (16) and on the logit lens of image tokens (17).
   ``inputs_embeds``) and :func:`greedy_captions`.
 * :mod:`.hooks` -- head masks, module ablation, attention re-weighting and AD-HH, residual edits and
   recording of attention maps and of the residual stream, as context managers that always clean up.
-* :mod:`.replicates` -- deciding a claim from several trained worlds (the mean over seeds for a claim
-  declared to hold; a confidence bound for one declared not to reproduce).
 * :mod:`.train` -- LLaVA's three stages (text pre-training, alignment with the LM frozen, tuning),
   deterministic and cached: :func:`trained_world`, :func:`build_model`.
 * :mod:`.checkpoint` -- the worlds of the default seeds, shipped as checkpoints that ``make worlds`` writes
@@ -21,7 +19,6 @@ from .hooks import (adaptive_deactivation, attention_edit, check_heads, head_mas
                     record_attention, record_residual, residual_edit, reweight_image, reweight_text)
 from .model import (ATTN_IMPLEMENTATION, IMAGE_SLICE, TEXT_START, TinyVLM, as_patches, caption_batch,
                     greedy_captions, tiny_llama_config)
-from .replicates import format_replicates, proportion_lower, replicate_lower, replicate_mean, replicate_upper
 from .train import STAGES, TrainConfig, World, build_model, caption_loss, stage_prefixes, train_world, trained_world
 from .world import (CANONICAL_ORDER, N_PATCHES, OBJECTS, PAIRS, PARTNERS, TOKEN_ID, TRIGGERS, VOCAB, Scene,
                     Split, WorldConfig, chair, decode_caption, encode_caption, make_split, patchify, render,
@@ -35,5 +32,4 @@ __all__ = [
     "head_mask", "make_split", "module_ablation", "patchify", "record_attention", "record_residual", "render",
     "residual_edit", "reweight_image", "reweight_text", "sketch_tokens", "STAGES", "stage_prefixes", "train_world",
     "trained_world",
-    "format_replicates", "proportion_lower", "replicate_lower", "replicate_mean", "replicate_upper",
 ]

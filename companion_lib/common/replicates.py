@@ -1,0 +1,124 @@
+r"""Deciding a claim over replicates: the one place where the book turns per-replicate numbers into a verdict.
+
+A replicate is one independent draw of what a claim measures: a model trained under one seed, one synthetic
+world, one prompt. A claim measured on ``n`` replicates ``x_1, ..., x_n`` is a claim about their mean, and the
+chapters decide it with Student's :math:`t` (scipy's quantiles), the sample mean :math:`\bar x` and the sample
+standard deviation :math:`s` (``ddof=1``):
+
+* **two-sided** intervals at ``level``: :math:`\bar x \pm t_{(1+\text{level})/2,\,n-1}\, s/\sqrt n` of a mean
+  (:func:`mean_interval`) or of the mean paired difference ``a - b`` (:func:`paired_interval`); a check
+  stricter than "the mean clears the margin" asks the interval's low end to clear it;
+* **one-sided** bounds at ``level``: :math:`\bar x - t_{\text{level},\,n-1}\, s/\sqrt n`
+  (:func:`mean_lower_one_sided`) and :math:`\bar x + t_{\text{level},\,n-1}\, s/\sqrt n`
+  (:func:`mean_upper_one_sided`), for a claim that counts only when *established*; and the Wilson lower bound
+  of a share of counted items pooled over the replicates (:func:`proportion_lower_one_sided`);
+* :func:`replicate_mean` (the mean over replicates, checked) and :func:`format_replicates` (the claims table's
+  book column).
+
+Every function checks its input: replicates must be finite numbers, an interval or a bound needs at least two
+of them (or, for a one-sided bound, an explicit ``one_replicate`` value), paired samples must have the same
+length, and ``level`` must lie in (0.5, 1). NaN entries are never dropped here; a caller that drops them
+says so where it does.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import stats
+
+__all__ = ["mean_interval", "paired_interval", "mean_lower_one_sided", "mean_upper_one_sided",
+           "proportion_lower_one_sided", "replicate_mean", "format_replicates"]
+
+
+def _values(values, at_least: int, name: str = "values") -> np.ndarray:
+    v = np.asarray(values, dtype=float).ravel()
+    if v.size < at_least:
+        need = {1: "one replicate", 2: "two replicates"}[at_least]
+        raise ValueError(f"{name} must hold at least {need}, got {v.size}")
+    if not np.all(np.isfinite(v)):
+        raise ValueError(f"{name} must be finite (no NaN or infinity), got {v.tolist()}")
+    return v
+
+
+def _level(level: float) -> float:
+    if isinstance(level, bool) or not isinstance(level, (int, float, np.integer, np.floating)):
+        raise TypeError(f"level must be a number, got {level!r}")
+    level = float(level)
+    if not 0.5 < level < 1.0:
+        raise ValueError(f"level must lie in (0.5, 1), got {level}")
+    return level
+
+
+def _half_width(v: np.ndarray, quantile: float) -> float:
+    """:math:`t_{q,\\,n-1}\\, s/\\sqrt n` of the replicates ``v`` (at least two)."""
+    return stats.t.ppf(quantile, v.size - 1) * v.std(ddof=1) / np.sqrt(v.size)
+
+
+def mean_interval(values, level: float = 0.95) -> tuple[float, float]:
+    r"""Two-sided Student-:math:`t` confidence interval ``(low, high)`` of the mean of ``values``:
+    :math:`\bar x \pm t_{(1+\text{level})/2,\,n-1}\, s/\sqrt n` (at least two finite values)."""
+    v, level = _values(values, 2), _level(level)
+    m, half = v.mean(), _half_width(v, (1 + level) / 2)
+    return float(m - half), float(m + half)
+
+
+def paired_interval(a, b, level: float = 0.95) -> tuple[float, float]:
+    r"""Two-sided Student-:math:`t` confidence interval ``(low, high)`` of the mean paired difference
+    ``a - b`` (pair ``i`` is ``a[i]`` and ``b[i]``, e.g. two methods on the same seed): :func:`mean_interval`
+    of the differences."""
+    a_, b_ = _values(a, 2, "a"), _values(b, 2, "b")
+    if a_.shape != b_.shape:
+        raise ValueError(f"a and b must pair up (the same number of replicates), got {a_.size} and {b_.size}")
+    return mean_interval(a_ - b_, level)
+
+
+def _one_sided(values, level: float, one_replicate: float | None, sign: int) -> float:
+    v, level = _values(values, 1 if one_replicate is not None else 2), _level(level)
+    if v.size == 1:
+        return float(one_replicate)
+    return float(v.mean() + sign * _half_width(v, level))
+
+
+def mean_lower_one_sided(values, level: float = 0.95, *, one_replicate: float | None = None) -> float:
+    r"""One-sided lower confidence bound of the mean of ``values``: :math:`\bar x - t_{\text{level},\,n-1}\,
+    s/\sqrt n`. It needs two values; with ``one_replicate`` given, a single value returns it instead (chapters
+    16-17 pass ``-inf``: nothing is established from one world)."""
+    return _one_sided(values, level, one_replicate, -1)
+
+
+def mean_upper_one_sided(values, level: float = 0.95, *, one_replicate: float | None = None) -> float:
+    r"""One-sided upper confidence bound of the mean of ``values``: :math:`\bar x + t_{\text{level},\,n-1}\,
+    s/\sqrt n` (``one_replicate`` as in :func:`mean_lower_one_sided`; chapters 16-17 pass ``+inf``)."""
+    return _one_sided(values, level, one_replicate, +1)
+
+
+def proportion_lower_one_sided(successes: int, trials: int, level: float = 0.95) -> float:
+    r"""One-sided Wilson lower confidence bound of a proportion ``successes / trials`` (items pooled over the
+    replicates, e.g. hallucination heads in the upper layers out of all top heads of all seeds):
+    :math:`\big(\hat p + \frac{z^2}{2n} - z\sqrt{\hat p(1-\hat p)/n + z^2/(4n^2)}\big)/(1 + z^2/n)` with
+    :math:`z` the standard normal ``level`` quantile."""
+    level = _level(level)
+    for name, v in (("successes", successes), ("trials", trials)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+            raise ValueError(f"{name} must be a non-negative int, got {v!r}")
+    if trials == 0 or successes > trials:
+        raise ValueError(f"need 0 <= successes <= trials and trials > 0, got {successes}/{trials}")
+    z = stats.norm.ppf(level)
+    p, n = successes / trials, trials
+    centre = p + z * z / (2 * n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return float((centre - half) / (1 + z * z / n))
+
+
+def replicate_mean(values) -> float:
+    """The mean of a statistic over the replicates (at least one finite value): what a claim declared to hold
+    compares with its margin."""
+    return float(_values(values, 1).mean())
+
+
+def format_replicates(values, fmt: str) -> str:
+    """``"a / b / c (mean m)"`` for the claims table's book column (at least one finite value)."""
+    v = _values(values, 1)
+    return " / ".join(format(x, fmt) for x in v) + f" (mean {format(float(v.mean()), fmt)})"
