@@ -1,6 +1,6 @@
 """companion_lib.common.replicates: agreement with scipy and the closed forms, the numbers of the functions it
-replaced (tinyvlm.replicates, dpo3d.stats.mean_lower_bound, sae.mean_ci, the bodies of attribot's and
-infomorphic's paired_interval), and the input checks."""
+replaced (tinyvlm's replicate bounds, chapter 10's mean_lower_bound, chapter 13's mean_ci, the bodies of
+attribot's and infomorphic_neurons' paired_interval), and the input checks."""
 
 import math
 
@@ -87,7 +87,7 @@ def test_small_cases():
 
 # -- the replaced functions' numbers, bit for bit ------------------------------------------------------
 def test_numbers_of_the_replaced_functions():
-    # tinyvlm.replicates: replicate_lower / replicate_upper / replicate_mean / proportion_lower
+    # tinyvlm's replicate_lower / replicate_upper / replicate_mean / proportion_lower
     assert rep.mean_lower_one_sided(X) == 0.018009807535718042
     assert rep.mean_lower_one_sided(Y, 0.9) == 0.10835538057751526
     assert rep.mean_upper_one_sided(X) == 0.23399019246428196
@@ -95,10 +95,10 @@ def test_numbers_of_the_replaced_functions():
     assert rep.replicate_mean(X) == 0.126
     assert rep.proportion_lower_one_sided(9, 9) == 0.7688664806802434
     assert rep.proportion_lower_one_sided(7, 12, 0.9) == 0.40194889264587796
-    # dpo3d.stats.mean_lower_bound (the low end of the two-sided interval)
+    # chapter 10's mean_lower_bound (the low end of the two-sided interval)
     assert rep.mean_interval(X)[0] == -0.014642771891432926
     assert rep.mean_interval(Y, 0.99)[0] == -0.6376531380124781
-    # sae.mean_ci (NaN dropped by the caller) and infomorphic's paired_interval: (mean, low, high)
+    # chapter 13's mean_ci (NaN dropped by the caller) and infomorphic_neurons' paired_interval: (mean, low, high)
     assert rep.mean_interval(X) == (-0.014642771891432926, 0.26664277189143293)
     assert rep.mean_interval(Y, 0.9) == (0.012370139095483235, 0.5542965275711834)
 
@@ -111,7 +111,7 @@ def test_the_replaced_formulas_on_random_replicates():
         low, high = rep.mean_interval(x, level)
         half = stats.t.ppf((1 + level) / 2, n - 1) * s / np.sqrt(n)                  # sae, infomorphic
         assert (low, high) == (float(m - half), float(m + half))
-        assert low == float(m - stats.t.ppf(0.5 + level / 2, n - 1) * s / np.sqrt(n))  # dpo3d
+        assert low == float(m - stats.t.ppf(0.5 + level / 2, n - 1) * s / np.sqrt(n))  # chapter 10
         one = stats.t.ppf(level, n - 1) * s / math.sqrt(n)                             # tinyvlm
         assert rep.mean_lower_one_sided(x, level) == float(m - one)
         assert rep.mean_upper_one_sided(x, level) == -float(-m - one)
