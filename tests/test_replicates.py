@@ -41,6 +41,20 @@ def test_paired_interval_is_scipys_paired_t_interval():
         assert rep.paired_interval(x, b, level) == rep.mean_interval(x - b, level)
 
 
+def test_interval_from_a_summary_is_the_interval_of_the_values():
+    for x, level in _samples():
+        se = x.std(ddof=1) / np.sqrt(x.size)
+        assert rep.mean_interval_from_summary(x.mean(), se, x.size, level) == pytest.approx(
+            rep.mean_interval(x, level), rel=1e-12, abs=1e-12)
+    # elementwise over recorded runs (chapter 12's design history): arrays in, arrays out, same bits as
+    # mean - t * se written out
+    m, se, n = np.array([0.037, 0.072, 0.014]), np.array([0.024, 0.024, 0.025]), np.array([119, 118, 116])
+    low, high = rep.mean_interval_from_summary(m, se, n, 0.99)
+    assert np.array_equal(low, m - stats.t.ppf(0.5 + 0.99 / 2, n - 1) * se)
+    assert np.array_equal(high, m + stats.t.ppf(0.5 + 0.99 / 2, n - 1) * se)
+    assert isinstance(rep.mean_interval_from_summary(0.1, 0.02, 10)[0], float)
+
+
 def test_one_sided_bounds_are_scipys_one_sided_t_bounds():
     for x, level in _samples():
         greater = stats.ttest_1samp(x, 0.0, alternative="greater").confidence_interval(level)
@@ -147,6 +161,19 @@ def test_bad_pairs():
         rep.paired_interval([1.0, 2.0], [np.nan, 1.0])
     with pytest.raises(ValueError, match="level"):
         rep.paired_interval(X, X, level=1.0)
+
+
+def test_bad_summaries():
+    with pytest.raises(ValueError, match="n must be a whole number of replicates, at least two"):
+        rep.mean_interval_from_summary(0.1, 0.02, 1)
+    with pytest.raises(ValueError, match="n must be a whole number"):
+        rep.mean_interval_from_summary([0.1, 0.2], [0.02, 0.02], [10, 2.5])
+    with pytest.raises(ValueError, match="standard_error must be >= 0"):
+        rep.mean_interval_from_summary(0.1, -0.02, 10)
+    with pytest.raises(ValueError, match="finite"):
+        rep.mean_interval_from_summary(np.nan, 0.02, 10)
+    with pytest.raises(ValueError, match="level"):
+        rep.mean_interval_from_summary(0.1, 0.02, 10, level=0.4)
 
 
 def test_bad_single_replicate_and_means():

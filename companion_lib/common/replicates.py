@@ -6,8 +6,9 @@ chapters decide it with Student's :math:`t` (scipy's quantiles), the sample mean
 standard deviation :math:`s` (``ddof=1``):
 
 * **two-sided** intervals at ``level``: :math:`\bar x \pm t_{(1+\text{level})/2,\,n-1}\, s/\sqrt n` of a mean
-  (:func:`mean_interval`) or of the mean paired difference ``a - b`` (:func:`paired_interval`); a check
-  stricter than "the mean clears the margin" asks the interval's low end to clear it;
+  (:func:`mean_interval`) or of the mean paired difference ``a - b`` (:func:`paired_interval`), or from a
+  recorded mean, standard error and ``n`` (:func:`mean_interval_from_summary`); a check stricter than "the
+  mean clears the margin" asks the interval's low end to clear it;
 * **one-sided** bounds at ``level``: :math:`\bar x - t_{\text{level},\,n-1}\, s/\sqrt n`
   (:func:`mean_lower_one_sided`) and :math:`\bar x + t_{\text{level},\,n-1}\, s/\sqrt n`
   (:func:`mean_upper_one_sided`), for a claim that counts only when *established*; and the Wilson lower bound
@@ -28,8 +29,8 @@ import math
 import numpy as np
 from scipy import stats
 
-__all__ = ["mean_interval", "paired_interval", "mean_lower_one_sided", "mean_upper_one_sided",
-           "proportion_lower_one_sided", "replicate_mean", "format_replicates"]
+__all__ = ["mean_interval", "paired_interval", "mean_interval_from_summary", "mean_lower_one_sided",
+           "mean_upper_one_sided", "proportion_lower_one_sided", "replicate_mean", "format_replicates"]
 
 
 def _values(values, at_least: int, name: str = "values") -> np.ndarray:
@@ -72,6 +73,23 @@ def paired_interval(a, b, level: float = 0.95) -> tuple[float, float]:
     if a_.shape != b_.shape:
         raise ValueError(f"a and b must pair up (the same number of replicates), got {a_.size} and {b_.size}")
     return mean_interval(a_ - b_, level)
+
+
+def mean_interval_from_summary(mean, standard_error, n, level: float = 0.95):
+    r"""Two-sided Student-:math:`t` interval ``(low, high)`` of a mean known only by its summary (a recorded
+    run): :math:`\bar x \pm t_{(1+\text{level})/2,\,n-1}\,\mathrm{se}`, elementwise when the arguments are
+    arrays (then ``low`` and ``high`` are arrays). ``n`` is the number of replicates behind each mean."""
+    level = _level(level)
+    m, se, k = np.asarray(mean, dtype=float), np.asarray(standard_error, dtype=float), np.asarray(n, dtype=float)
+    if not (np.all(np.isfinite(m)) and np.all(np.isfinite(se))):
+        raise ValueError("mean and standard_error must be finite (no NaN or infinity)")
+    if np.any(se < 0):
+        raise ValueError(f"standard_error must be >= 0, got {se.tolist()}")
+    if not (np.all(np.isfinite(k)) and np.all(k == np.round(k)) and np.all(k >= 2)):
+        raise ValueError(f"n must be a whole number of replicates, at least two, got {k.tolist()}")
+    half = stats.t.ppf((1 + level) / 2, k - 1) * se
+    low, high = m - half, m + half
+    return (float(low), float(high)) if low.ndim == 0 else (low, high)
 
 
 def _one_sided(values, level: float, one_replicate: float | None, sign: int) -> float:
