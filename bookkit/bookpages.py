@@ -7,8 +7,9 @@ Directives
     build (executed or served from the execution cache alike): when a reproduce page is read, the
     claims JSON embedded in its notebook's table output (:mod:`bookkit.claims`) is kept in the build environment, so a page
     that is not re-read keeps its claims and a cache hit counts exactly what the page shows. The page
-    opens with a per-chapter summary (held / did not reproduce / not run, failures, run time, link, a
-    small bar per chapter), then lists the rows grouped by chapter. A chapter whose page shows no claims
+    opens with a per-chapter summary (the five outcomes: reproduced as expected, not reproduced as
+    expected, undecided, contradicted, not run; run time, link, a small bar per chapter), then shows each
+    chapter's forest plot (every row's 95% interval against its margin) and its rows. A chapter whose page shows no claims
     table is listed as missing, never skipped.
 ``{runtime-table}``
     ``runtime.json`` (written by ``make test``: wall seconds, kernel CPU seconds and peak memory per
@@ -50,6 +51,8 @@ from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
 from bookkit.claims import rows_from_html
+from companion_lib.common.claims import OUTCOME_COLORS, forest_svg
+from companion_lib.common.claims import OUTCOMES as CLAIM_OUTCOMES
 
 logger = logging.getLogger(__name__)
 
@@ -61,15 +64,9 @@ MATHJAX_PACKAGE = "sphinx-mathjax-offline"
 MATHJAX_FILE = "mathjax/tex-chtml.js"
 _STATIC = Path(__file__).resolve().parent / "static"
 
-# outcome -> (label, colour) for the summary; the order is the order of the columns
-OUTCOME_STYLE = {
-    "held": ("held", "#2e7d32"),
-    "did not reproduce": ("did not reproduce", "#ef6c00"),
-    "not run": ("not run", "#9e9e9e"),
-    "failed": ("failed", "#c62828"),
-    "unexpectedly held": ("unexpectedly held", "#6a1b9a"),
-}
-OUTCOMES = tuple(OUTCOME_STYLE)
+# the five outcomes of a claim (companion_lib.common.claims), in the order of the scoreboard's columns
+OUTCOMES = CLAIM_OUTCOMES
+OUTCOME_STYLE = {o: (o, OUTCOME_COLORS[o]) for o in OUTCOMES}
 
 
 def _build_root(app) -> Path:
@@ -180,28 +177,30 @@ class ClaimsScoreboard(SphinxDirective):
             anchor = f"claims-{chapter}"
             if not rows:
                 missing += 1
-                summary_rows.append([link, "—", "—", "—", "—", runtime,
+                summary_rows.append([link] + ["—"] * len(OUTCOMES) + [runtime,
                                      f"<em>claims missing</em>: the {page} shows no claims table in this build"])
                 summary_attrs.append(f' data-chapter="{html.escape(chapter)}" data-missing="1"')
                 continue
             counts = _counts(rows)
             for o in OUTCOMES:
                 totals[o] += counts[o]
-            bad = counts["failed"] + counts["unexpectedly held"]
-            summary_rows.append([link, str(counts["held"]), str(counts["did not reproduce"]), str(counts["not run"]),
-                                 str(bad), runtime, _bar_svg(counts) + f' <a href="#{anchor}">rows</a>'])
+            summary_rows.append([link] + [str(counts[o]) for o in OUTCOMES]
+                                + [runtime, _bar_svg(counts) + f' <a href="#{anchor}">rows</a>'])
             summary_attrs.append(f' data-chapter="{html.escape(chapter)}" '
                                  + " ".join(f'data-{o.replace(" ", "-")}="{counts[o]}"' for o in OUTCOMES))
             table_rows = []
             for r in rows:
-                mark = html.escape(r["outcome"])
+                colour = OUTCOME_COLORS.get(r["outcome"], "#000000")
+                mark = f'<span style="color:{colour}">{html.escape(r["outcome"])}</span>'
                 if r.get("reason"):
                     mark += f"<br><small>{html.escape(r['reason'])}</small>"
-                table_rows.append([html.escape(r["claim"]), html.escape(r["paper"]), html.escape(r["book"]),
-                                   html.escape(r["criterion"]), f'<span class="outcome outcome-{r["kind"]}">{mark}</span>'])
+                table_rows.append([html.escape(r["claim"]), html.escape(r["paper"]), html.escape(r.get("book", "")),
+                                   html.escape(r.get("criterion", "")), html.escape(r.get("expect", "") or "—"),
+                                   f'<span class="outcome">{mark}</span>'])
             sections.append(f'<h3 id="{anchor}">{html.escape(title)} <small>({link}, {page})</small></h3>'
-                            + _table(["Claim", "Paper", "This book", "Criterion", "Outcome"], table_rows,
-                                     "claims-scoreboard"))
+                            + f'<div class="claims-forest">{forest_svg(rows)}</div>'
+                            + _table(["Claim", "Paper", "This book: estimate [95% CI]", "Criterion", "Expected",
+                                      "Outcome"], table_rows, "claims-scoreboard"))
         n_claims = sum(totals.values())
         intro = (f'<p class="scoreboard-totals" data-claims="{n_claims}" data-missing="{missing}">'
                  f"<strong>{n_claims}</strong> claims in {len(summary_rows) - missing} "
@@ -213,8 +212,9 @@ class ClaimsScoreboard(SphinxDirective):
                  + '<p class="scoreboard-legend">'
                  + " ".join(f'<span style="color:{c}">■</span> {html.escape(label)}' for label, c in OUTCOME_STYLE.values())
                  + "</p>")
-        summary = _table(["Chapter", "Held", "Did not reproduce", "Not run", "Failed or unexpectedly held",
-                          "Run time (make test)", "Outcomes"], summary_rows, "claims-summary", summary_attrs)
+        summary = _table(["Chapter", "Reproduced as expected", "Not reproduced as expected", "Undecided",
+                          "Contradicted", "Not run", "Run time (make test)", "Outcomes"], summary_rows,
+                         "claims-summary", summary_attrs)
         body = intro + summary + "<h2>The claims, chapter by chapter</h2>" + "".join(sections)
         return [nodes.raw("", body, format="html")]
 

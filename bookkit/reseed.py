@@ -15,8 +15,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-from companion_lib.common.claims import ClaimTable
-
 from .claims import claims_from_notebook
 
 __all__ = ["find_chapter", "reproduce_notebooks", "run_with_seeds", "main"]
@@ -64,11 +62,11 @@ def run_with_seeds(md: Path, seeds: list[int], out_dir: Path, timeout: int = 180
 
 
 def _print_table(data: dict) -> None:
-    marks = ClaimTable.MARK
-    width = max(len(c["claim"]) for c in data["claims"])
+    width = max(len(c.get("key", c["claim"])) for c in data["claims"])
     for c in data["claims"]:
-        print(f"  {marks.get(c['outcome'], c['outcome']):<22} {c['claim']:<{width}}  book: {c['book']}  "
-              f"[{c['criterion']}]")
+        verdict = c.get("verdict") or c["outcome"]
+        print(f"  {c['outcome']:<27} {c.get('key', c['claim']):<{width}}  {verdict:<15} {c.get('book', '')}  "
+              f"[{c.get('criterion', '')}]")
     counts = ", ".join(f"{n} {o}" for o, n in data.get("counts", {}).items() if n)
     print(f"  -> {counts}")
 

@@ -35,12 +35,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from companion_lib.common.claims import OUTCOMES  # the five outcomes of a claim
+
 from .claims import rows_from_html
 
 __all__ = ["Problem", "check_page", "check_overview", "check_front_page", "check_exercise_numbers",
            "check_scoreboard", "check_stylesheets", "check_site", "parse_claims_html", "OUTCOMES"]
 
-OUTCOMES = ("held", "did not reproduce", "not run", "failed", "unexpectedly held")
 NOTEBOOK_PAGES = ("derive", "implement", "reproduce", "exercises")
 
 _TEX_COMMAND = re.compile(r"\\[A-Za-z]{2,}")

@@ -35,15 +35,19 @@ REPRODUCE = HEADER + """
 # Reproduce
 
 ```{code-cell} ipython3
+import numpy as np
 from companion_lib.common import ClaimTable
 
-gain = {0.5: 4.0, 0.7: 7.5}
+gain = np.array([4.0, 7.5, 5.5, 6.0])
+noisy = np.array([-2.0, 3.0, -1.0, 2.5])
 claims = ClaimTable("01-tiny")
-_ = claims.holds("gain grows", paper="Fig. 2", book=f"{gain[0.7]:.1f}", criterion="g(0.7) > g(0.5)",
-                 check=gain[0.7] > gain[0.5])
-_ = claims.does_not_reproduce("gain above 20", paper="Fig. 2: +24", book=f"{gain[0.7]:.1f}",
-                              criterion="g(0.7) >= 20", check=gain[0.7] >= 20, reason="tiny data")
-_ = claims.not_run("the ImageNet result", paper="Table 3", reason="no ImageNet here")
+common = dict(statistic="gain per seed", competitor="the teacher", replicates=4)
+_ = claims.declare("grows", "gain grows", paper="Fig. 2", margin=0.0, expect="reproduced", **common)
+_ = claims.declare("above", "gain above 20", paper="Fig. 2: +24", margin=20.0, expect="not reproduced",
+                   reason="tiny data", **common)
+_ = claims.declare("noisy", "a noisy effect", paper="Fig. 3", margin=0.0, expect="reproduced", **common)
+_ = claims.not_run("imagenet", "the ImageNet result", paper="Table 3", reason="no ImageNet here")
+_ = claims.decide("grows", gain), claims.decide("above", gain), claims.decide("noisy", noisy)
 claims
 ```
 """
@@ -99,7 +103,8 @@ def _build(folder: Path) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_scoreboard_counts_what_the_page_renders_after_execution_and_after_a_cache_hit(tmp_path):
     book = _book(tmp_path / "tiny", REPRODUCE)
-    expected = {"held": 1, "did not reproduce": 1, "not run": 1, "failed": 0, "unexpectedly held": 0}
+    expected = {"reproduced as expected": 1, "not reproduced as expected": 1, "undecided": 1, "contradicted": 0,
+                "not run": 1}
     first = _build(book)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     html = book / "_build" / "html"

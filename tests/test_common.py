@@ -81,95 +81,175 @@ def test_use_book_style_sets_the_theme():
         use_book_style("huge")
 
 
-# -- claims ----------------------------------------------------------------------------------------
-def _table():
+# -- claims: declared before the data, decided by one rule ---------------------------------------------
+def _declared(n=6, **kw):
+    t = ClaimTable("99-demo")
+    args = dict(paper="Fig. 2: +12.6 points", statistic="accuracy gain over the teacher, per seed",
+                competitor="the teacher", margin=0.0, replicates=n, expect="reproduced")
+    args.update(kw)
+    t.declare("gain", "Self-distillation beats its teacher", **args)
+    return t
+
+
+def test_verdict_rule_closed_form():
+    from companion_lib.common.claims import verdict_of
+    assert verdict_of(0.1, 0.3, 0.0) == "reproduced" and verdict_of(-0.1, 0.3, 0.0) == "undecided"
+    assert verdict_of(-0.3, -0.1, 0.0) == "not reproduced" and verdict_of(-0.3, 0.0, 0.0) == "not reproduced"
+    assert verdict_of(0.0, 0.3, 0.0) == "undecided"            # the interval touches the margin: not cleared
+    assert verdict_of(-0.3, -0.1, 0.0, "<") == "reproduced" and verdict_of(0.0, 0.2, 0.0, "<") == "not reproduced"
+    assert verdict_of(2.0, 2.0, 1.0) == "reproduced" and verdict_of(1.0, 1.0, 1.0) == "not reproduced"  # exact
+    with pytest.raises(ValueError, match="direction"):
+        verdict_of(0, 1, 0, ">=")
+    with pytest.raises(ValueError, match="low must not exceed"):
+        verdict_of(1, 0, 0)
+
+
+def test_decide_is_a_two_sided_student_t_interval():
+    from scipy import stats
+    values = np.array([0.8, 1.1, 0.9, 1.4, 0.7, 1.0])
+    row = _declared().decide("gain", values)
+    ci = stats.ttest_1samp(values, 0.0).confidence_interval(0.95)
+    assert (row.low, row.high) == pytest.approx((ci.low, ci.high)) and row.estimate == pytest.approx(values.mean())
+    assert row.verdict == "reproduced" and row.outcome == "reproduced as expected" and row.method == "t" and row.n == 6
+    # paired differences against the competitor's values on the same replicates
+    base = values - np.array([0.1, -0.2, 0.3, 0.0, 0.2, -0.1])
+    paired = _declared().decide("gain", values, baseline=base)
+    d = values - base
+    ci = stats.ttest_rel(values, base).confidence_interval(0.95)
+    assert paired.method == "paired t" and (paired.low, paired.high) == pytest.approx((ci.low, ci.high))
+    assert paired.verdict == "undecided" and paired.outcome == "undecided" and paired.estimate == pytest.approx(d.mean())
+
+
+def test_the_three_verdicts_and_five_outcomes():
+    t = ClaimTable("99-demo")
+    common = dict(paper="p", statistic="s", competitor="c", margin=0.5, replicates=4)
+    t.declare("a", "clears", expect="reproduced", **common)
+    t.declare("b", "misses as declared", expect="not reproduced", reason="too small here", **common)
+    t.declare("c", "straddles", expect="reproduced", **common)
+    t.declare("d", "contradicts", expect="not reproduced", reason="expected to miss", **common)
+    t.not_run("e", "not measured", paper="Table 3", reason="no data")
+    high, low, mixed = np.array([0.9, 1.0, 1.1, 0.95]), np.array([0.1, 0.2, 0.0, 0.15]), np.array([0.1, 0.9, 0.3, 1.0])
+    t.decide("a", high), t.decide("b", low), t.decide("c", mixed), t.decide("d", high)
+    assert [r.outcome for r in t.rows] == ["reproduced as expected", "not reproduced as expected", "undecided",
+                                           "contradicted", "not run"]
+    assert t.counts() == dict.fromkeys(t.counts(), 1)
+    with pytest.raises(ClaimsFailed) as err:
+        t.assert_all()
+    assert "1 of 5" in str(err.value) and "[contradicted] d" in str(err.value) and "] c" not in str(err.value)
+
+
+def test_an_undecided_row_never_fails_and_a_declared_row_must_be_decided():
+    t = _declared(4)
+    with pytest.raises(ClaimsFailed, match="never decided"):
+        t.assert_all()
+    spread = np.array([-1.0, 2.0, -0.5, 1.5])
+    t.decide("gain", spread)
+    assert t["gain"].verdict == "undecided"
+    t.assert_all()
+
+
+def test_exact_rows_and_their_reason():
+    t = _declared(1)
+    value = 0.25
+    row = t.decide_exact("gain", value, why="exact quadrature, no randomness")
+    assert (row.low, row.high, row.method, row.verdict) == (0.25, 0.25, "exact", "reproduced")
+    assert "exact: exact quadrature" in row.reason and row.interval_text() == "0.25 (exact)"
+    with pytest.raises(ValueError, match="declares 1"):
+        _declared(3).decide_exact("gain", value, why="w")
+
+
+def test_design_gives_the_replicates_a_pilot_needs():
+    from companion_lib.common.replicates import replicates_needed
+    t = _declared(8)
+    pilot = np.array([0.3, 0.6, 0.2, 0.5])
+    row = t.design("gain", pilot)
+    assert row.pilot_n == 4 and row.needed == replicates_needed(pilot.std(ddof=1), pilot.mean(), 0.0)
+    assert row.pilot_spread == pytest.approx(pilot.std(ddof=1))
+
+
+def test_claims_reject_bad_input():
+    t = _declared(4)
+    ok = np.array([1.0, 2.0, 3.0, 4.0])
+    with pytest.raises(ValueError, match="declared with 4 replicates"):
+        t.decide("gain", ok[:3])
+    with pytest.raises(ValueError, match="finite"):
+        t.decide("gain", np.array([1.0, np.nan, 2.0, 3.0]))
+    with pytest.raises(ValueError, match="finite"):
+        t.decide("gain", np.array([1.0, np.inf, 2.0, 3.0]))
+    with pytest.raises(ValueError, match="paired"):
+        t.decide("gain", ok, baseline=ok[:2])
+    with pytest.raises(ValueError, match="at least 2"):
+        _declared(1).decide("gain", ok[:1])
+    with pytest.raises(KeyError, match="declare every row"):
+        t.decide("other", ok)
+    with pytest.raises(TypeError, match="literal"):
+        t.decide("gain", [1.0, 2.0, 3.0, 4.0])
+    with pytest.raises(TypeError, match="literal"):
+        _declared(1).decide_exact("gain", 0.5, why="w")
+    with pytest.raises(ValueError, match="wrong scale"):
+        _declared(4, bounds=(0, 1), margin=60)
+    with pytest.raises(ValueError, match="range"):
+        _declared(4, bounds=(0, 1)).decide("gain", ok)
+    with pytest.raises(ValueError, match="expect"):
+        _declared(4, expect="holds")
+    with pytest.raises(ValueError, match="reason"):
+        _declared(4, expect="not reproduced")
+    with pytest.raises(ValueError, match="replicates"):
+        _declared(0)
+    with pytest.raises(ValueError, match="key"):
+        ClaimTable("99-demo").declare("Not A Key", "c", paper="p", statistic="s", competitor="c", margin=0,
+                                      replicates=2, expect="reproduced")
+    with pytest.raises(ValueError, match="already declared"):
+        t.declare("gain", "another", paper="p", statistic="s", competitor="c", margin=0, replicates=2,
+                  expect="reproduced")
+    with pytest.raises(ValueError, match="chapter"):
+        ClaimTable("no spaces allowed")
+    t.decide("gain", ok)
+    with pytest.raises(ValueError, match="already decided"):
+        t.decide("gain", ok)
+
+
+def test_claim_table_renders_exports_and_glues(tmp_path, monkeypatch):
+    t = _declared(4)
+    t.not_run("imagenet", "The ImageNet result", paper="Table 3", reason="no ImageNet here")
+    gains = np.array([0.8, 1.2, 1.0, 0.9])
+    t.decide("gain", gains)
+    html = t._repr_html_()
+    assert "<table" in html and "<svg" in html and "no ImageNet here" in html and "reproduced" in html
+    assert claims_from_html(html) == json.loads(json.dumps(t.to_dict()))   # the one encoding: JSON in the HTML
+    data = json.loads(t.export(tmp_path).read_text())
+    assert data["chapter"] == "99-demo" and data["schema"] == 3 and data["level"] == 0.95
+    assert data["counts"]["reproduced as expected"] == 1 and data["counts"]["not run"] == 1
+    assert data["claims"][0]["values"] == gains.tolist()
+    monkeypatch.setenv("BOOK_CLAIMS_DIR", str(tmp_path / "claims"))
+    assert t.export() == tmp_path / "claims" / "99-demo.json"
+    glued = {}
+    import sys
+    glue_module = sys.modules["companion_lib.common.glue"]
+    monkeypatch.setattr(glue_module, "glue", lambda name, value, fmt=None: glued.__setitem__(name, format_value(value, fmt)))
+    t.glue("d_")
+    assert glued["d_gain_verdict"] == "reproduced" and glued["d_gain_n"] == "4" and glued["d_imagenet_outcome"] == "not run"
+    assert glued["d_gain_interval"] == f"[{t['gain'].low:.3g}, {t['gain'].high:.3g}]"
+    fig = t.forest()
+    assert len(fig.axes[0].get_yticklabels()) == 2
+
+
+def test_binary_rows_of_chapters_not_migrated_yet():
     t = ClaimTable("99-demo")
     gain, gap = 3.14159, 0.2
     t.holds("gain grows with noise", paper="Fig. 2", book=gain, criterion="> 1", check=gain > 1)
     t.does_not_reproduce("gap above one", paper="Table 1: 1.5", book=gap, criterion="gap > 1",
                          check=gap > 1, reason="a tiny model")
     t.not_run("the ImageNet result", paper="Table 3", reason="no ImageNet here")
-    return t
-
-
-def test_claim_table_three_kinds_render_and_export(tmp_path):
-    t = _table()
+    assert [r.outcome for r in t.rows] == ["reproduced as expected", "not reproduced as expected", "not run"]
+    assert t.rows[0].interval_text() == "3.142" and t.rows[0].criterion == "> 1"
     t.assert_all()
-    held, dnr, skipped = t.rows
-    assert (held.kind, held.check, held.outcome, held.book) == ("holds", True, "held", "3.142")
-    assert (dnr.kind, dnr.check, dnr.outcome) == ("does_not_reproduce", False, "did not reproduce")
-    assert (skipped.kind, skipped.check, skipped.outcome, skipped.book) == ("not_run", None, "not run", "—")
-    html = t._repr_html_()
-    assert claims_from_html(html) == json.loads(json.dumps(t.to_dict()))   # the one encoding: JSON in the HTML
-    assert "<table" in html and "a tiny model" in html and "did not reproduce" in html and "not run" in html
-    assert list(t.to_frame().columns) == ["claim", "paper", "book", "criterion", "kind", "check", "outcome", "reason"]
-    data = json.loads(t.export(tmp_path).read_text())
-    assert data["chapter"] == "99-demo" and data["schema"] == 2
-    assert data["counts"] == {"held": 1, "failed": 0, "did not reproduce": 1, "unexpectedly held": 0, "not run": 1}
-
-
-def test_claim_table_fails_on_false_holds_and_on_strict_rows_that_hold():
-    t = ClaimTable("99-demo")
-    values = {"a": 0.0, "b": 2.0, "c": -1.0, "d": 5.0}
-    t.holds("a", paper="1", book=values["a"], criterion=">= 1", check=values["a"] >= 1)
-    t.holds("b", paper="1", book=values["b"], criterion=">= 1", check=values["b"] >= 1)
-    t.holds("c", paper="1", book=values["c"], criterion=">= 1", check=np.bool_(values["c"] >= 1))
-    t.does_not_reproduce("d", paper="1", book=values["d"], criterion=">= 1", check=values["d"] >= 1,
-                         reason="expected to miss")
-    assert [r.outcome for r in t.rows] == ["failed", "held", "failed", "unexpectedly held"]
-    with pytest.raises(ClaimsFailed) as err:
+    wrong = gap > 0
+    t.does_not_reproduce("gap above zero", paper="p", book=gap, criterion="> 0", check=wrong, reason="r")
+    with pytest.raises(ClaimsFailed, match="contradicted"):
         t.assert_all()
-    msg = str(err.value)
-    assert "3 of 4 claims" in msg and "- [failed] a:" in msg and "- [failed] c:" in msg
-    assert "- [unexpectedly held] d:" in msg and "] b:" not in msg
-
-
-def test_claim_table_rejects_literal_checks():
-    t = ClaimTable("99-demo")
-    with pytest.raises(TypeError, match="literal True"):
+    with pytest.raises(TypeError, match="literal"):
         t.holds("x", paper="1", book="1", criterion="c", check=True)
-    with pytest.raises(TypeError, match="literal False"):
-        t.does_not_reproduce("y", paper="1", book="1", criterion="c", check=False, reason="r")
-    with pytest.raises(TypeError, match="literal None"):
-        t.holds("z", paper="1", book="1", criterion="c",
-                check=None)
-    computed = 2 > 1
-    t.holds("x", paper="1", book="1", criterion="c", check=computed)  # a computed bool is accepted
-    assert len(t) == 1
-
-
-def test_claim_table_export_defaults_to_env_folder(tmp_path, monkeypatch):
-    monkeypatch.setenv("BOOK_CLAIMS_DIR", str(tmp_path / "claims"))
-    t = _table()
-    assert t.export() == tmp_path / "claims" / "99-demo.json"
-
-
-def test_claim_table_rejects_bad_input():
-    with pytest.raises(ValueError, match="chapter"):
-        ClaimTable("no spaces allowed")
-    t = ClaimTable("99-demo")
-    ok = 1 < 2
-    with pytest.raises(TypeError, match="check must be a bool"):
-        t.holds("x", paper="1", book="1", criterion="c", check="yes")
-    with pytest.raises(TypeError, match="check must be a bool"):
-        t.holds("x", paper="1", book="1", criterion="c", check=np.array([ok, ok]))
-    with pytest.raises(ValueError, match="claim"):
-        t.holds("  ", paper="1", book="1", criterion="c", check=ok)
-    with pytest.raises(ValueError, match="book"):
-        t.holds("x", paper="1", book=float("nan"), criterion="c", check=ok)
-    with pytest.raises(TypeError, match="book"):
-        t.holds("x", paper="1", book=ok, criterion="c", check=ok)
-    with pytest.raises(ValueError, match="reason"):
-        t.does_not_reproduce("x", paper="1", book="1", criterion="c", check=ok, reason="")
-    with pytest.raises(ValueError, match="reason"):
-        t.not_run("x", paper="1", reason=" ")
-    with pytest.raises(TypeError):
-        t.holds("x", "1", "1", "c", ok)  # keyword-only: the call names what each value is
-    with pytest.raises(ClaimsFailed, match="empty"):
-        t.assert_all()
-    t.not_run("x", paper="1", reason="r")
-    with pytest.raises(ValueError, match="already"):
-        t.not_run("x", paper="1", reason="r")
 
 
 # -- glue and typed numbers ------------------------------------------------------------------------

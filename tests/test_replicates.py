@@ -203,3 +203,33 @@ def test_bad_proportions():
         rep.proportion_lower_one_sided(True, 3)
     with pytest.raises(ValueError, match="level"):
         rep.proportion_lower_one_sided(1, 3, level=0.4)
+
+
+# -- power: how many replicates decide a claim ----------------------------------------------------------
+def test_decision_power_matches_a_monte_carlo_of_the_interval_rule():
+    rng = np.random.default_rng(0)
+    n, spread, effect, margin = 6, 1.0, 1.2, 0.0
+    draws = rng.normal(effect, spread, size=(20000, n))
+    lows = np.array([rep.mean_interval(d)[0] for d in draws[:4000]])
+    simulated = float(np.mean(lows > margin))
+    assert rep.decision_power(n, spread, effect, margin) == pytest.approx(simulated, abs=0.02)
+
+
+def test_replicates_needed_is_the_smallest_n_with_the_power():
+    n = rep.replicates_needed(1.0, 0.8, 0.0)
+    assert rep.decision_power(n, 1.0, 0.8, 0.0) >= 0.8 > rep.decision_power(n - 1, 1.0, 0.8, 0.0)
+    # closed-form check for large n: the normal approximation (z_{0.975} + z_{0.8})^2 / d^2
+    big = rep.replicates_needed(1.0, 0.1, 0.0)
+    assert big == pytest.approx((stats.norm.ppf(0.975) + stats.norm.ppf(0.8)) ** 2 / 0.1 ** 2, rel=0.02)
+    assert rep.replicates_needed(1.0, -0.8, 0.0) == n            # symmetric: either side of the margin
+    assert rep.replicates_needed(0.0, 0.3, 0.0) == 2 and rep.replicates_needed(1.0, 0.0, 0.0) is None
+    assert rep.replicates_needed(1.0, 0.8, 0.0, power=0.95) > n
+
+
+@pytest.mark.parametrize("kwargs, match", [(dict(spread=-1.0), "spread"), (dict(effect=float("nan")), "effect"),
+                                           (dict(power=1.0), "power"), (dict(level=0.3), "level")])
+def test_replicates_needed_rejects_bad_input(kwargs, match):
+    args = dict(spread=1.0, effect=0.5, margin=0.0)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        rep.replicates_needed(**args)

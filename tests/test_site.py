@@ -127,12 +127,16 @@ def test_overview_pages_list_their_notebooks():
 
 # -- the scoreboard -------------------------------------------------------------------------------
 def _claims_page() -> tuple[str, dict]:
+    import numpy as np
+
     table = ClaimTable("01-a")
-    gain = {0.5: 4.0, 0.7: 7.5}
-    table.holds("gain grows", paper="Fig. 2", book="7.5", criterion="g(0.7) > g(0.5)", check=gain[0.7] > gain[0.5])
-    table.does_not_reproduce("big gain", paper="+24", book="7.5", criterion=">= 20", check=gain[0.7] >= 20,
-                             reason="small data")
-    table.not_run("ImageNet", paper="Table 3", reason="no ImageNet")
+    gain = np.array([4.0, 7.5, 6.0])
+    common = dict(statistic="gain per seed", competitor="the teacher", replicates=3)
+    table.declare("grows", "gain grows", paper="Fig. 2", margin=0.0, expect="reproduced", **common)
+    table.declare("big", "big gain", paper="+24 (Fig. 2)", margin=20.0, expect="not reproduced", reason="small data",
+                  **common)
+    table.not_run("imagenet", "ImageNet", paper="Table 3", reason="no ImageNet")
+    table.decide("grows", gain), table.decide("big", gain)
     return page(f'<div class="output text_html">{table._repr_html_()}</div>'), table.to_dict()
 
 
@@ -147,9 +151,9 @@ def _scoreboard(chapter: str, counts: dict | None) -> str:
 def test_claims_are_read_back_from_the_rendered_table():
     html, data = _claims_page()
     rows = parse_claims_html(html)
-    assert [(r["kind"], r["outcome"]) for r in rows] == [("holds", "held"), ("does_not_reproduce", "did not reproduce"),
-                                                       ("not_run", "not run")]
-    assert rows[1]["reason"] == "small data" and rows[0]["criterion"] == "g(0.7) > g(0.5)"
+    assert [(r["key"], r["outcome"]) for r in rows] == [("grows", "reproduced as expected"),
+                                                      ("big", "not reproduced as expected"), ("imagenet", "not run")]
+    assert rows[1]["reason"] == "small data" and rows[0]["criterion"] == "> 0" and rows == data["claims"]
     assert parse_claims_html(page("<p>no table</p>")) is None
 
 
@@ -157,7 +161,7 @@ def test_scoreboard_counts_must_match_the_pages_and_the_notebooks():
     html, data = _claims_page()
     counts = data["counts"]
     assert check_scoreboard(_scoreboard("01-a", counts), {"01-a": html}, {"01-a": data}) == []
-    wrong = dict(counts, held=counts["held"] + 1)
+    wrong = dict(counts, **{"undecided": counts["undecided"] + 1})
     assert kinds(check_scoreboard(_scoreboard("01-a", wrong), {"01-a": html})) == {"scoreboard"}
     # listed as missing although the page shows its claims (the cache-hit defect)
     assert kinds(check_scoreboard(_scoreboard("01-a", None), {"01-a": html})) == {"scoreboard"}

@@ -13,6 +13,8 @@ standard deviation :math:`s` (``ddof=1``):
   (:func:`mean_lower_one_sided`) and :math:`\bar x + t_{\text{level},\,n-1}\, s/\sqrt n`
   (:func:`mean_upper_one_sided`), for a claim that counts only when *established*; and the Wilson lower bound
   of a share of counted items pooled over the replicates (:func:`proportion_lower_one_sided`);
+* **power**: :func:`replicates_needed`, the number of replicates that decides a claim with a given chance,
+  from a pilot's spread and effect (the claims table's :meth:`~companion_lib.common.ClaimTable.design`);
 * :func:`replicate_mean` (the mean over replicates, checked) and :func:`format_replicates` (the claims table's
   book column).
 
@@ -30,7 +32,8 @@ import numpy as np
 from scipy import stats
 
 __all__ = ["mean_interval", "paired_interval", "mean_interval_from_summary", "mean_lower_one_sided",
-           "mean_upper_one_sided", "proportion_lower_one_sided", "replicate_mean", "format_replicates"]
+           "mean_upper_one_sided", "proportion_lower_one_sided", "replicates_needed", "decision_power",
+           "replicate_mean", "format_replicates"]
 
 
 def _values(values, at_least: int, name: str = "values") -> np.ndarray:
@@ -128,6 +131,57 @@ def proportion_lower_one_sided(successes: int, trials: int, level: float = 0.95)
     centre = p + z * z / (2 * n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
     return float((centre - half) / (1 + z * z / n))
+
+
+def _finite(value, name: str) -> float:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    if not math.isfinite(float(value)):
+        raise ValueError(f"{name} must be finite, got {value}")
+    return float(value)
+
+
+def decision_power(n: int, spread: float, effect: float, margin: float, level: float = 0.95) -> float:
+    r"""The chance that the two-sided ``level`` Student-:math:`t` interval of the mean of ``n`` replicates lies
+    wholly on the side of ``margin`` where the true mean ``effect`` is, when the replicates scatter with
+    standard deviation ``spread``: :math:`P(T > t_{(1+	ext{level})/2,\,n-1})` for :math:`T` non-central
+    :math:`t` with :math:`n-1` degrees of freedom and non-centrality :math:`|	ext{effect}-	ext{margin}|
+    \sqrt n/	ext{spread}` (``scipy.stats.nct``). A zero ``spread`` decides with certainty (power 1) unless the
+    effect sits on the margin (power 0)."""
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 2:
+        raise ValueError(f"n must be an int of at least two replicates, got {n!r}")
+    spread, effect, margin, level = (_finite(spread, "spread"), _finite(effect, "effect"),
+                                     _finite(margin, "margin"), _level(level))
+    if spread < 0:
+        raise ValueError(f"spread must be >= 0, got {spread}")
+    gap = abs(effect - margin)
+    if spread == 0:
+        return 1.0 if gap > 0 else 0.0
+    df = int(n) - 1
+    return float(stats.nct.sf(stats.t.ppf((1 + level) / 2, df), df, gap * math.sqrt(n) / spread))
+
+
+def replicates_needed(spread: float, effect: float, margin: float, level: float = 0.95, power: float = 0.8,
+                      max_n: int = 100_000) -> int | None:
+    r"""The smallest number of replicates whose two-sided ``level`` interval decides a claim (lies wholly on
+    one side of ``margin``) with probability at least ``power``, for a true mean ``effect`` and a spread
+    (standard deviation of one replicate) ``spread``, both usually a pilot's (:func:`decision_power`). ``None``
+    when no number up to ``max_n`` does (an effect on, or nearly on, the margin)."""
+    power = _finite(power, "power")
+    if not 0 < power < 1:
+        raise ValueError(f"power must lie in (0, 1), got {power}")
+    if decision_power(2, spread, effect, margin, level) >= power:
+        return 2
+    if decision_power(max_n, spread, effect, margin, level) < power:
+        return None
+    lo, hi = 2, max_n                                  # power(lo) < power <= power(hi); power grows with n
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if decision_power(mid, spread, effect, margin, level) >= power:
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 def replicate_mean(values) -> float:
