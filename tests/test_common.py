@@ -313,3 +313,23 @@ def test_timer_measures_and_prints(capsys):
     with pytest.raises(TypeError, match="label"):
         with timer(3):
             pass
+
+
+# -- device ------------------------------------------------------------------------------------------------
+def test_device_is_the_cpu_here_and_can_be_chosen(monkeypatch):
+    from companion_lib.common import describe_device, device
+    monkeypatch.delenv("BOOK_DEVICE", raising=False)
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert device().type == expected and device("cpu") == torch.device("cpu")
+    monkeypatch.setenv("BOOK_DEVICE", "cpu")
+    assert device() == torch.device("cpu") and describe_device().startswith("cpu (")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="not available"):
+            device("cuda")
+        monkeypatch.setenv("BOOK_DEVICE", "cuda:0")
+        with pytest.raises(ValueError, match="not available"):
+            device()
+    with pytest.raises(ValueError, match="unknown device"):
+        device("gpu-please")
+    with pytest.raises(TypeError, match="device name"):
+        device(3)

@@ -1,0 +1,53 @@
+"""Where tensors run: the GPU when one is present, else the CPU, chosen in one place.
+
+A chapter's notebook asks ``dev = device()`` once and moves its models and batches there
+(``model.to(dev)``, ``torch.as_tensor(x, device=dev)``). On the book's machines (no GPU) this is the CPU,
+and every result is what the book shows; in Colab with a GPU the same code runs on it. ``BOOK_DEVICE``
+overrides the choice (``cpu``, ``cuda``, ``cuda:1``, ``mps``), e.g. to check that a chapter still runs on
+the CPU on a machine that has a GPU.
+
+Results on a GPU are not bit-identical to the CPU's (other kernels, other summation orders): a chapter's
+verdicts are decided by intervals over replicates, which a rounding difference does not move, but the
+printed digits may differ in the last places.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+__all__ = ["device", "describe_device"]
+
+
+def device(prefer: str | None = None) -> torch.device:
+    """The device to run on: ``prefer`` if given, else ``$BOOK_DEVICE``, else ``cuda`` when available, else
+    ``cpu``. Raises ``ValueError`` for a device this machine does not have (named, with the choices)."""
+    choice = prefer if prefer is not None else os.environ.get("BOOK_DEVICE", "").strip() or None
+    if choice is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if not isinstance(choice, str):
+        raise TypeError(f"prefer must be a device name such as 'cpu' or 'cuda', got {type(choice).__name__}")
+    try:
+        dev = torch.device(choice)
+    except RuntimeError as exc:
+        raise ValueError(f"unknown device {choice!r} (choose cpu, cuda, cuda:N or mps): {exc}") from None
+    if dev.type == "cuda" and (not torch.cuda.is_available() or (dev.index or 0) >= torch.cuda.device_count()):
+        raise ValueError(f"device {choice!r} is not available on this machine (CUDA devices: "
+                         f"{torch.cuda.device_count()}); use 'cpu'")
+    if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ValueError(f"device {choice!r} is not available on this machine; use 'cpu'")
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"device {choice!r} is not supported (choose cpu, cuda, cuda:N or mps)")
+    return dev
+
+
+def describe_device(dev: torch.device | None = None) -> str:
+    """One line naming the device, e.g. ``"cpu (2 threads)"`` or ``"cuda:0 (NVIDIA T4, 15.8 GiB)"``."""
+    dev = device() if dev is None else torch.device(dev)
+    if dev.type == "cuda":
+        props = torch.cuda.get_device_properties(dev.index or 0)
+        return f"cuda:{dev.index or 0} ({props.name}, {props.total_memory / 2**30:.1f} GiB)"
+    if dev.type == "cpu":
+        return f"cpu ({torch.get_num_threads()} threads)"
+    return str(dev)
