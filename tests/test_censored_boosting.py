@@ -317,3 +317,64 @@ def test_run_simulation_records():
     assert set(cls.method) == set(cb.CLASSIFICATION_METHODS)
     with pytest.raises(ValueError, match="reps_per_seed"):
         cb.run_simulation("lognormal", [0], 0)
+
+
+def test_shared_smoother_gives_the_fits_of_a_fresh_one(data):
+    y1, y2 = cb.truncated_log_moments(data.left, data.right, data.mu, data.sigma)
+    a = cb.L2BoostRegressor().fit(data.x, y1, y2)
+    b = cb.L2BoostRegressor(loss="imp").fit(data.x, y1)
+    assert a.smoother_ is b.smoother_                      # one smoother per design, shared
+    fresh = cb.PSplineSmoother().fit_design(data.x)
+    np.testing.assert_array_equal(a.smoother_.H_, fresh.H_)
+    np.testing.assert_array_equal(a.smoother_.eig_[0], fresh.eig_[0])
+    other = cb.L2BoostRegressor(df=10).fit(data.x, y1)     # another df is another smoother
+    assert other.smoother_ is not a.smoother_ and abs(other.smoother_.df_ - 10) < 1e-6
+    with pytest.raises(ValueError, match="df"):
+        cb.L2BoostRegressor(df=100).fit(data.x, y1)
+
+
+def _fake_results():
+    """Two replications of one setting with hand-set metrics (run_simulation's record layout)."""
+    import pandas as pd
+
+    rows = []
+    for rep, (n_err, cut_err) in enumerate([(0.04, 0.01), (0.02, 0.01)]):
+        smsqe = {"R": 0.01, "O": 0.005, "CUT-param": 0.02, "CUT-np": cut_err, "IMP-np": cut_err, "N": n_err,
+                 "XGB-AFT": 0.03}
+        for m in cb.REGRESSION_METHODS:
+            rows.append({"setting": "lognormal", "seed": 7, "rep": rep, "task": "regression", "method": m,
+                         "SMSqE": smsqe[m], "SMaxAE": 2 * smsqe[m], "SKDT": 1 - smsqe[m]})
+        sens = {"R": 0.4, "O": 0.4, "CUT-np": 0.5, "N": 0.1, "Bayes": 0.4}
+        for m in cb.CLASSIFICATION_METHODS:
+            rows.append({"setting": "lognormal", "seed": 7, "rep": rep, "task": "classification", "method": m,
+                         "sensitivity": sens[m], "specificity": 0.9, "accuracy": 0.8})
+    return pd.DataFrame(rows)
+
+
+def test_paired_statistics_by_hand():
+    stats_ = cb.paired_statistics(_fake_results(), "lognormal")
+    assert set(stats_) == set(cb.PAIRED_STATISTICS)
+    a, b = stats_["n_ratio"]
+    np.testing.assert_allclose(a - b, [2.0, 1.0])          # N/CUT = 4 and 2: log2 = 2 and 1
+    a, b = stats_["vs_r"]
+    np.testing.assert_allclose(a - b, [0.0, 0.0])
+    a, b = stats_["param"]
+    np.testing.assert_allclose(a - b, [1.0, 0.0])
+    a, b = stats_["maxae"]
+    np.testing.assert_allclose(a - b, [0.06, 0.02])
+    a, b = stats_["skdt"]
+    np.testing.assert_allclose(a - b, [0.03, 0.01])
+    a, b = stats_["sens"]
+    np.testing.assert_allclose(a - b, [0.4, 0.4])
+    # BA: Bayes 0.65, CUT 0.70, N 0.50, constant 0.5 -> min(0.15, 0.15) - 0.05 = 0.10
+    a, b = stats_["bayes"]
+    np.testing.assert_allclose(a - b, [0.10, 0.10])
+
+
+def test_paired_statistics_rejects_bad_input():
+    with pytest.raises(TypeError, match="DataFrame"):
+        cb.paired_statistics([1, 2], "lognormal")
+    with pytest.raises(ValueError, match="setting"):
+        cb.paired_statistics(_fake_results(), "weibull")
+    with pytest.raises(ValueError, match="columns"):
+        cb.paired_statistics(_fake_results().drop(columns="rep"), "lognormal")

@@ -38,8 +38,9 @@ Contents, in the order of the chapter, one file per part:
 from .boosting import (L2BoostClassifier, L2BoostRegressor, PSplineSmoother, cut_loss, cut_responses, l2_loss,
                        l2boost_pspline_path, naive_midpoint_response, survival_status_responses)
 from .data import ERRORS, IntervalCensoredData, mean_function, simulate_interval_censored
-from .experiment import (CLASSIFICATION_METHODS, REGRESSION_METHODS, regression_metrics, run_simulation,
-                         sensitivity_specificity, simulate_replication, xgboost_aft_predict)
+from .experiment import (CLASSIFICATION_METHODS, PAIRED_STATISTICS, REGRESSION_METHODS, paired_statistics,
+                         regression_metrics, run_simulation, sensitivity_specificity, simulate_replication,
+                         xgboost_aft_predict)
 from .first_stage import (DiscreteLaw, LognormalAFT, bspline_basis, interval_membership, kernel_turnbull,
                           oracle_survival_status, self_consistency_em, truncated_log_moments, turnbull_npmle)
 
@@ -51,5 +52,6 @@ __all__ = [
     "cut_responses", "survival_status_responses", "naive_midpoint_response",
     "cut_loss", "l2_loss", "PSplineSmoother", "L2BoostRegressor", "L2BoostClassifier",
     "l2boost_pspline_path", "regression_metrics", "sensitivity_specificity", "xgboost_aft_predict",
-    "simulate_replication", "run_simulation", "REGRESSION_METHODS", "CLASSIFICATION_METHODS",
+    "simulate_replication", "run_simulation", "paired_statistics", "PAIRED_STATISTICS", "REGRESSION_METHODS",
+    "CLASSIFICATION_METHODS",
 ]

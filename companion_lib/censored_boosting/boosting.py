@@ -3,6 +3,7 @@ regression and for the survival status), with the closed-form path of a linear s
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Callable
 
 import numpy as np
@@ -127,6 +128,14 @@ class PSplineSmoother:
         return self.B_ @ self.H_
 
 
+@lru_cache(maxsize=8)
+def _shared_smoother(x_bytes: bytes, df: float, n_basis: int) -> PSplineSmoother:
+    """The P-spline smoother of a design, built once and shared by every fit on the same ``x`` (a
+    replication fits about ten models on one training sample); the smoother is read-only after
+    :meth:`PSplineSmoother.fit_design`, so sharing it changes no number."""
+    return PSplineSmoother(df, n_basis).fit_design(np.frombuffer(x_bytes, dtype=float))
+
+
 class L2BoostRegressor(RegressorMixin, BaseEstimator):
     r"""L2Boost by functional gradient descent (Algorithm 1 of the paper).
 
@@ -200,7 +209,9 @@ class L2BoostRegressor(RegressorMixin, BaseEstimator):
         if self.base_learner == "pspline":
             if X.shape[1] != 1:
                 raise ValueError("base_learner='pspline' needs a single feature; use 'tree' for more")
-            self.smoother_ = PSplineSmoother(self.df, self.n_basis).fit_design(X[:, 0])
+            PSplineSmoother(self.df, self.n_basis)             # checks df and n_basis before the cache
+            self.smoother_ = _shared_smoother(np.ascontiguousarray(X[:, 0]).tobytes(), float(self.df),
+                                              int(self.n_basis))
         if self.base_learner == "pspline" and self.solver == "closed_form":
             f, losses = self._boost_closed_form(y1, y2)
         else:

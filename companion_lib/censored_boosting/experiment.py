@@ -13,7 +13,7 @@ from .boosting import (L2BoostClassifier, L2BoostRegressor, cut_responses, naive
 
 __all__ = [
     "regression_metrics", "sensitivity_specificity", "xgboost_aft_predict", "simulate_replication", "run_simulation",
-    "REGRESSION_METHODS", "CLASSIFICATION_METHODS",
+    "paired_statistics", "REGRESSION_METHODS", "CLASSIFICATION_METHODS", "PAIRED_STATISTICS",
 ]
 
 
@@ -140,3 +140,59 @@ def run_simulation(error: str, seeds, reps_per_seed: int, **kwargs):
             for record in simulate_replication(np.random.default_rng([seed, rep]), error, **kwargs):
                 rows.append({"setting": error, "seed": seed, "rep": rep, **record})
     return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------------------------------------
+# the claims' paired statistics, one pair of values per replication
+# ------------------------------------------------------------------------------------------------
+#: name -> (what the method side measures, what the competitor side measures); the claim is about the mean
+#: of ``method - competitor`` over replications (a paired comparison on the same replication).
+PAIRED_STATISTICS = {
+    "n_ratio": ("log2 SMSqE(N)", "log2 SMSqE(CUT-np)"),
+    "vs_r": ("log2 SMSqE(CUT-np)", "log2 SMSqE(R)"),
+    "param": ("log2 SMSqE(N)", "log2 SMSqE(CUT-param)"),
+    "maxae": ("SMaxAE(N)", "SMaxAE(CUT-np)"),
+    "skdt": ("SKDT(CUT-np)", "SKDT(N)"),
+    "sens": ("sensitivity(CUT-np)", "sensitivity(N)"),
+    "bayes": ("min(|BA(Bayes) - BA(N)|, |BA(Bayes) - 1/2|)", "|BA(Bayes) - BA(CUT-np)|"),
+}
+
+
+def paired_statistics(results, setting: str) -> dict:
+    r"""The paired per-replication values of the claims of one ``setting`` from :func:`run_simulation`'s
+    records: ``{name: (a, b)}`` with ``a`` and ``b`` arrays over the replications that have both tasks
+    (sorted by seed and replication), so that the claim is about the mean of ``a - b``
+    (:data:`PAIRED_STATISTICS` names each side). SMSqE ratios enter as differences of :math:`\log_2`,
+    so ``n_ratio`` > 1 reads "N's error is more than twice CUT's". BA is balanced accuracy (the mean of
+    sensitivity and specificity); a constant classifier has BA 1/2 on any test set."""
+    import pandas as pd
+
+    if not isinstance(results, pd.DataFrame):
+        raise TypeError(f"results must be the DataFrame of run_simulation, got {type(results).__name__}")
+    missing = {"setting", "seed", "rep", "task", "method"} - set(results.columns)
+    if missing:
+        raise ValueError(f"results lacks the columns {sorted(missing)}")
+    part = results[results.setting == setting]
+    if part.empty:
+        raise ValueError(f"no replications of setting {setting!r} in results")
+    index = ["seed", "rep"]
+    reg = part[part.task == "regression"]
+    cls = part[part.task == "classification"]
+    wide = lambda frame, metric: frame.pivot_table(index=index, columns="method", values=metric)
+    se, mx, kd = wide(reg, "SMSqE"), wide(reg, "SMaxAE"), wide(reg, "SKDT")
+    ba = wide(cls.assign(BA=(cls.sensitivity + cls.specificity) / 2), "BA")
+    sens = wide(cls, "sensitivity")
+    keep = se.index.intersection(ba.index)          # replications with both tasks (both classes in the test set)
+    se, mx, kd, ba, sens = (t.loc[keep] for t in (se, mx, kd, ba, sens))
+    log_se = np.log2(se)
+    gap = lambda m: (ba["Bayes"] - ba[m]).abs()
+    out = {
+        "n_ratio": (log_se["N"], log_se["CUT-np"]),
+        "vs_r": (log_se["CUT-np"], log_se["R"]),
+        "param": (log_se["N"], log_se["CUT-param"]),
+        "maxae": (mx["N"], mx["CUT-np"]),
+        "skdt": (kd["CUT-np"], kd["N"]),
+        "sens": (sens["CUT-np"], sens["N"]),
+        "bayes": (np.minimum(gap("N"), (ba["Bayes"] - 0.5).abs()), gap("CUT-np")),
+    }
+    return {k: (np.asarray(a, dtype=float), np.asarray(b, dtype=float)) for k, (a, b) in out.items()}
