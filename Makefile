@@ -129,7 +129,7 @@ reseed: $(STAMP)
 
 # The tiny-VLM worlds that chapters 16 and 17 load for their default seeds, re-trained from scratch and
 # written to companion_lib/tinyvlm/checkpoints/ (byte-for-byte reproducible on the same machine and versions;
-# tests/test_tinyvlm_checkpoint.py re-trains them in make test and compares). About a minute per world.
+# tests/test_tinyvlm_checkpoint.py checks every recipe and re-trains one in make test). About a minute per world.
 worlds: $(STAMP)
 	$(PY) -m companion_lib.tinyvlm.checkpoint regenerate
 

@@ -11,7 +11,9 @@ What keeps the checkpoints honest:
 
 * ``make worlds`` (``python -m companion_lib.tinyvlm.checkpoint regenerate``) re-creates them from scratch;
   the files are byte-for-byte reproducible on one machine (fixed zip timestamps, no pickle).
-* The test suite re-trains every shipped seed and compares (:func:`check_regenerated`), with three checks:
+* The test suite checks every shipped world's recipe (:func:`check_recipe`, check 2 below: seconds per world)
+  and re-trains one of them from scratch (:func:`check_regenerated`, all three checks: about a minute);
+  ``python -m companion_lib.tinyvlm.checkpoint check`` re-trains all of them. The three checks:
 
   1. **bit for bit** where this machine's :func:`numerics_signature` (library versions, torch's CPU kernel
      level, BLAS, processor) is the checkpoints': every array and every loss must be identical;
@@ -53,7 +55,7 @@ from .world import WorldConfig
 __all__ = ["CHECKPOINT_DIR", "SHIPPED_SEEDS", "PREFIX_STEPS", "PREFIX_RTOL", "BEHAVIOUR_TOLERANCES",
            "numerics_signature", "describe_numerics", "checkpoint_path", "save_world", "load_world",
            "shipped_world", "world_differences", "prefix_agreement", "world_behaviour", "behaviour_tolerances",
-           "behaviour_agreement", "check_regenerated", "main"]
+           "behaviour_agreement", "check_recipe", "check_regenerated", "main"]
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoints"
 #: The seeds whose default worlds are shipped (the default ``seeds`` of chapters 16 and 17).
@@ -376,18 +378,36 @@ def check_regenerated(seed: int, folder: Path | str | None = None) -> dict:
             "numerics": numerics_signature(), "shipped_numerics": meta["numerics"]}
 
 
+def check_recipe(seed: int, folder: Path | str | None = None) -> dict:
+    """Check 2 alone for the shipped world of ``seed`` (seconds, not a minute): the first :data:`PREFIX_STEPS`
+    steps of each stage replayed from the checkpoint's weights at that stage's start. Returns ``{"prefix",
+    "ok", "numerics", "shipped_numerics"}``; the test suite runs it for every shipped world."""
+    shipped, meta = load_world(checkpoint_path(seed, folder))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        prefix = prefix_agreement(shipped)
+    finally:
+        torch.set_num_threads(threads)
+    return {"prefix": prefix, "ok": all(d <= PREFIX_RTOL for d in prefix.values()),
+            "numerics": numerics_signature(), "shipped_numerics": meta["numerics"]}
+
+
 def report(result: dict) -> str:
     """A few lines saying which processors made and checked a world and how each check of
     :func:`check_regenerated` came out."""
     lines = [f"checkpoint made on: {describe_numerics(result['shipped_numerics'])}",
-             f"checked on:         {describe_numerics(result['numerics'])}",
-             ("bit for bit (same numerics): " + ("identical" if not result["differences"] else
-                                                 f"{len(result['differences'])} fields differ: {result['differences'][:4]}"))
-             if result["exact"] else "bit for bit: not applicable (this machine rounds differently)",
-             "recipe, first steps of each stage: " + ", ".join(
-                 f"{s} {d:.1e}" + ("" if d <= PREFIX_RTOL else " > tolerance") for s, d in result["prefix"].items()),
-             "behaviour outside tolerance: " + (", ".join(
-                 f"{k} |diff| {d:.3g} > {t:.3g}" for k, (d, t, ok) in result["behaviour"].items() if not ok) or "none")]
+             f"checked on:         {describe_numerics(result['numerics'])}"]
+    if "exact" in result:
+        lines.append(("bit for bit (same numerics): " + ("identical" if not result["differences"] else
+                                                         f"{len(result['differences'])} fields differ: "
+                                                         f"{result['differences'][:4]}"))
+                     if result["exact"] else "bit for bit: not applicable (this machine rounds differently)")
+    lines.append("recipe, first steps of each stage: " + ", ".join(
+        f"{s} {d:.1e}" + ("" if d <= PREFIX_RTOL else " > tolerance") for s, d in result["prefix"].items()))
+    if "behaviour" in result:
+        lines.append("behaviour outside tolerance: " + (", ".join(
+            f"{k} |diff| {d:.3g} > {t:.3g}" for k, (d, t, ok) in result["behaviour"].items() if not ok) or "none"))
     return "\n".join(lines)
 
 
