@@ -9,6 +9,7 @@
 ``student-source``    write the sources of the student edition of the website
 ``reseed``            re-run a chapter's reproduce notebook(s) under other seeds
 ``sitecheck``         check a built website as a reader would
+``bench``             print a run-time report (per chapter: wall, CPU, peak memory) against the budget
 ==================  ============================================================================
 """
 
@@ -45,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     cex.add_argument("--cache", type=Path, required=True)
     srv = sub.add_parser("check-served", help="fail if the book build executed a notebook itself")
     srv.add_argument("--cache", type=Path, required=True)
+    ben = sub.add_parser("bench", help="print a run-time report against the budget")
+    ben.add_argument("report", type=Path, nargs="?", default=Path("_build/runtime.json"))
     sub.add_parser("reseed", help="re-run a chapter's reproduce notebook(s) under other seeds", add_help=False)
     sub.add_parser("sitecheck", help="check a built website as a reader would", add_help=False)
     if argv is None:
@@ -54,6 +57,17 @@ def main(argv: list[str] | None = None) -> int:
 
         return {"reseed": reseed.main, "sitecheck": sitecheck.main}[argv[0]](argv[1:])
     args = parser.parse_args(argv)
+    if args.command == "bench":
+        import json
+
+        from .pytest_notebooks import budget_lines
+
+        if not args.report.is_file():
+            print(f"bench: no run-time report at {args.report} (make test or make bench writes one)")
+            return 2
+        for line in budget_lines(json.loads(args.report.read_text(encoding="utf-8"))):
+            print(line)
+        return 0
     if args.command == "cache-executed":
         added = cache_executed(args.executed, args.cache, args.root)
         print(f"cache-executed: {len(added)} notebooks executed by the test run now serve the book build")

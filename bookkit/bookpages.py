@@ -231,6 +231,38 @@ def _build_exec_rows(env, docnames) -> list[list[str]]:
     return rows
 
 
+def _runtime_svg(data: dict) -> str:
+    """Wall and CPU seconds per chapter as horizontal bars, with the budget line (inline SVG)."""
+    import io
+
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    from bookkit.pytest_notebooks import BUDGET_SECONDS
+
+    chapters = list(data.get("chapters", {}).items())
+    with matplotlib.rc_context({"svg.hashsalt": "runtimes", "svg.fonttype": "none", "figure.dpi": 72}):
+        fig, ax = plt.subplots(figsize=(7.0, 0.28 * max(len(chapters), 1) + 1.0))
+        ys = range(len(chapters) - 1, -1, -1)
+        wall = [r["seconds"] for _, r in chapters]
+        cpu = [r.get("cpu_seconds", 0.0) for _, r in chapters]
+        colours = ["#c62828" if w > BUDGET_SECONDS else "#0173b2" for w in wall]
+        ax.barh(list(ys), wall, color=colours, height=0.7, label="wall s (red: over the budget)")
+        ax.barh(list(ys), cpu, color="#de8f05", height=0.3, label="CPU s")
+        ax.axvline(BUDGET_SECONDS, color="#444444", ls="--", lw=1)
+        ax.text(BUDGET_SECONDS, len(chapters) - 0.4, f" budget {BUDGET_SECONDS:.0f} s", fontsize=8, va="bottom")
+        ax.set_yticks(list(ys), [c for c, _ in chapters], fontsize=8)
+        ax.set_xlabel("seconds (make test, two notebooks at a time)", fontsize=8)
+        ax.legend(fontsize=8, loc="lower right", frameon=False)
+        for side in ("top", "right"):
+            ax.spines[side].set_visible(False)
+        buf = io.StringIO()
+        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
+        plt.close(fig)
+    svg = buf.getvalue()
+    return svg[svg.index("<svg"):]
+
+
 class RuntimeTable(SphinxDirective):
     has_content = False
 
@@ -245,6 +277,7 @@ class RuntimeTable(SphinxDirective):
                          f"{m.get('memory_gib', '?')} GiB of memory, Python {html.escape(m.get('python', '?'))}, "
                          f"{html.escape(m.get('platform', '?'))}. Two notebooks ran at a time; "
                          "<em>CPU s</em> is the kernel's own CPU time.</p>")
+            parts.append(f'<div class="runtime-chart">{_runtime_svg(data)}</div>')
             rows = [[html.escape(ch), f"{r['seconds']:.1f}", f"{r.get('cpu_seconds', 0):.1f}", f"{r['peak_mib']:.0f}",
                      str(r["notebooks"]), "✅" if r["passed"] else "❌"] for ch, r in data.get("chapters", {}).items()]
             parts.append(_table(["Chapter", "Wall s", "CPU s", "Peak MiB", "Notebooks", "Passed"], rows, "runtime-chapters"))

@@ -26,6 +26,9 @@ from nbval import plugin as nbval_plugin
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = ROOT / "chapters"
+#: The budget of a chapter's notebooks together (CONTRIBUTING.md): wall seconds on two cores and peak memory.
+BUDGET_SECONDS = 150.0
+BUDGET_MIB = 3072.0
 
 
 def pytest_addoption(parser):
@@ -190,10 +193,25 @@ class RuntimeReport:
             flag = "" if rec["passed"] else "  FAILED"
             tr.write_line(f"{f:58s} {rec['seconds']:8.1f} {rec['cpu_seconds']:7.1f} {rec['peak_mib']:9.0f}{flag}")
         tr.write_line("")
-        tr.write_line(f"{'chapter':58s} {header}")
-        for ch, rec in data["chapters"].items():
-            tr.write_line(f"{ch:58s} {rec['seconds']:8.1f} {rec['cpu_seconds']:7.1f} {rec['peak_mib']:9.0f}")
+        for line in budget_lines(data):
+            tr.write_line(line)
         tr.write_line(f"report written to {self.path}")
+
+
+def budget_lines(data: dict) -> list[str]:
+    """The per-chapter table of a run-time report against the budget (``python -m bookkit bench`` prints it)."""
+    header = f"{'chapter':34s} {'wall s':>8s} {'cpu s':>7s} {'peak MiB':>9s}   budget {BUDGET_SECONDS:.0f} s, {BUDGET_MIB:.0f} MiB"
+    lines = [header]
+    over = 0
+    for ch, rec in data["chapters"].items():
+        flags = [name for name, bad in (("over the time budget", rec["seconds"] > BUDGET_SECONDS),
+                                        ("over the memory budget", rec["peak_mib"] > BUDGET_MIB)) if bad]
+        over += bool(flags)
+        lines.append(f"{ch:34s} {rec['seconds']:8.1f} {rec.get('cpu_seconds', 0):7.1f} {rec['peak_mib']:9.0f}   "
+                     + ("; ".join(flags) if flags else "within"))
+    total = sum(r["seconds"] for r in data["chapters"].values())
+    lines.append(f"{len(data['chapters'])} chapters, {total:.0f} notebook-seconds in all, {over} over budget")
+    return lines
 
 
 def _cpu_model() -> str:
