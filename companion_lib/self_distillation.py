@@ -47,8 +47,8 @@ __all__ = [
     "self_distill", "SelfDistillation", "top2_targets", "gce_loss", "fit_gce", "fit_pll_student",
     "corruption_matrix", "corrupt_labels", "corrupt_labels_exactly", "superclass_clusters",
     "linearized_outputs", "linearized_rounds", "block_gram", "block_gram_eigenvalues", "shrink_factors",
-    "plurality_margin", "t_star", "BlockModel", "block_model_rounds", "block_model_pll",
-    "noisy_sample_accuracy", "first_perfect_round", "linearized_noisy_accuracy",
+    "plurality_margin", "t_star", "BlockModel", "block_model_rounds", "block_model_pll", "block_model_linearized",
+    "numerical_study", "noisy_sample_accuracy", "first_perfect_round", "linearized_noisy_accuracy",
     "digits_split", "accuracy_by_round", "distillation_gains",
 ]
 
@@ -129,10 +129,15 @@ def softmax_outputs(X, W) -> np.ndarray:
 def _ce_objective(w, X, T, lam, K):
     W = w.reshape(K, X.shape[1])
     Z = X @ W.T
-    logP = log_softmax(Z, axis=1)
+    Z -= Z.max(axis=1, keepdims=True)        # a shift per row changes neither softmax nor the loss
+    E = np.exp(Z)
+    s = E.sum(axis=1, keepdims=True)
     N = X.shape[0]
-    loss = -np.sum(T * logP) / N + 0.5 * lam * np.sum(W * W)
-    grad = (np.exp(logP) - T).T @ X / N + lam * W  # dL/dW = (P - Y)^T Phi / N + lam W
+    # -sum_ik T_ik log p_ik = sum_i log s_i - sum_ik T_ik z_ik, because every row of T sums to 1
+    loss = (np.log(s).sum() - np.vdot(T, Z)) / N + 0.5 * lam * np.vdot(w, w)
+    E /= s                                   # the outputs P, in place
+    E -= T                                   # the residuals P - Y
+    grad = E.T @ X / N + lam * W             # dL/dW = (P - Y)^T Phi / N + lam W
     return loss, grad.ravel()
 
 
@@ -246,7 +251,10 @@ def gce_loss(P, candidates, q: float = 0.7) -> float:
 
 def _gce_objective(w, X, S, lam, K, q):
     W = w.reshape(K, X.shape[1])
-    P = softmax(X @ W.T, axis=1)
+    Z = X @ W.T
+    Z -= Z.max(axis=1, keepdims=True)
+    P = np.exp(Z)
+    P /= P.sum(axis=1, keepdims=True)
     count = S.sum()
     Pq = np.where(S, P, 1.0) ** q
     loss = np.sum(np.where(S, (1 - Pq) / q, 0.0)) / count + 0.5 * lam * np.sum(W * W)
@@ -499,11 +507,17 @@ class BlockModel:
 
     def noisy_accuracy(self, t: int) -> float:
         """Fraction of mislabelled samples (l != k) whose round-t prediction is the true class k."""
+        return 1.0 - self.noisy_errors(t) / max(self._mislabelled().sum(), 1)
+
+    def noisy_errors(self, t: int) -> int:
+        """Number of mislabelled samples (l != k) whose round-t prediction is *not* the true class k."""
         pred = self.outputs[t].argmax(axis=2)
+        k_idx = np.arange(self.counts.shape[0])[:, None]
+        return int(round(np.sum(self._mislabelled() * (pred != k_idx))))
+
+    def _mislabelled(self) -> np.ndarray:
         K = self.counts.shape[0]
-        k_idx = np.arange(K)[:, None]
-        noisy = self.counts * (k_idx != np.arange(K)[None, :])
-        return float(np.sum(noisy * (pred == k_idx)) / max(noisy.sum(), 1))
+        return self.counts * (np.arange(K)[:, None] != np.arange(K)[None, :])
 
 
 def _block_fit(counts, T, c, d, lam, z0=None):
@@ -569,6 +583,66 @@ def block_model_pll(teacher: BlockModel, c: float, d: float, lam: float) -> Bloc
     T = top2_targets(teacher.outputs[0].reshape(K * K, K)).reshape(K, K, K)
     P, _ = _block_fit(teacher.counts, T, c, d, _positive(lam, "lam"))
     return BlockModel(teacher.counts, [P])
+
+
+def block_model_linearized(y_true, y_noisy, K: int, c: float, d: float, lam: float, rounds: int) -> BlockModel:
+    r"""Closed form (3) on the block Gram model, by sample type, without an :math:`N\times N` matrix.
+
+    With equal class sizes :math:`n`, the label matrix splits along the three eigen-levels (4), so a sample
+    of type (k, l) has the round-t output
+    :math:`\frac1K\mathbf 1+\alpha_1^{t+1}(\bar y-\frac1K\mathbf 1)+\alpha_2^{t+1}(m_k-\bar y)
+    +\alpha_3^{t+1}(e_l-m_k)`, with :math:`m_k` the label histogram of true class k and :math:`\bar y`
+    the overall one. Equals :func:`linearized_rounds` on :func:`block_gram` (no perturbation).
+    """
+    counts = _type_counts(y_true, y_noisy, K)
+    lam = _positive(lam, "lam")
+    rounds = _rounds(rounds)
+    if not 0 <= d < c < 1:
+        raise ValueError(f"need 0 <= d < c < 1, got c={c}, d={d}")
+    sizes = counts.sum(axis=1)
+    if not np.all(sizes == sizes[0]) or sizes[0] == 0:
+        raise ValueError("the block model needs every true class to have the same number of samples")
+    n, N = int(sizes[0]), int(counts.sum())
+    alpha1, alpha2, alpha3 = (mu / (mu + K * N * lam) for mu in block_gram_eigenvalues(K, n, c, d))
+    m = counts / n                                    # m[k]: label histogram of true class k
+    y_bar = counts.sum(axis=0) / N
+    e = np.eye(K)[None, :, :]                         # type (k, l) has the one-hot label e_l
+    outputs = [1.0 / K + alpha1 ** (t + 1) * (y_bar - 1.0 / K)[None, None, :]
+               + alpha2 ** (t + 1) * (m - y_bar)[:, None, :] + alpha3 ** (t + 1) * (e - m[:, None, :])
+               for t in range(rounds + 1)]
+    return BlockModel(counts, outputs)
+
+
+def numerical_study(seed: int, K: int = 4, n: int = 500, c: float = 0.4, d: float = 0.1, lam: float = 1e-5,
+                    eta: float = 0.5, rounds: int = 20) -> dict:
+    """The official numerical study (``numerical_solving.py``: its defaults are the defaults here) on the exact
+    block Gram model, without its perturbation: labels flipped at random with probability ``eta`` to a uniform
+    other class (``numpy.random.default_rng(seed)``), then rounds 0..``rounds`` of the exact softmax solution
+    (:func:`block_model_rounds`) and of the linearised closed form (:func:`block_model_linearized`).
+
+    Returns a dict: ``seed``, ``mislabelled`` (count), ``Delta`` (realised plurality margin), ``t_star``
+    (formula (5), None without a plurality), ``exact_errors`` and ``linearized_errors`` (mislabelled samples
+    predicted wrong, per round), ``exact_first`` and ``linearized_first`` (first round with no error, or None).
+    """
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    K = _num_classes(K)
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n must be a positive int, got {n!r}")
+    rng = np.random.default_rng(seed)
+    y = np.repeat(np.arange(K), n)
+    y_hat = corrupt_labels(y, corruption_matrix("sym", K, eta), rng)
+    exact = block_model_rounds(y, y_hat, K, c, d, lam, rounds)
+    linear = block_model_linearized(y, y_hat, K, c, d, lam, rounds)
+    _, mu2, mu3 = block_gram_eigenvalues(K, n, c, d)
+    alpha2, alpha3 = (mu / (mu + K * K * n * lam) for mu in (mu2, mu3))
+    Delta = plurality_margin(y, y_hat, K)
+    exact_errors = [exact.noisy_errors(t) for t in range(rounds + 1)]
+    linear_errors = [linear.noisy_errors(t) for t in range(rounds + 1)]
+    first = lambda errors: next((t for t, e in enumerate(errors) if e == 0), None)
+    return dict(seed=int(seed), mislabelled=int(np.sum(y != y_hat)), Delta=Delta,
+                t_star=t_star(Delta, alpha2, alpha3), exact_errors=exact_errors, linearized_errors=linear_errors,
+                exact_first=first(exact_errors), linearized_first=first(linear_errors))
 
 
 def noisy_sample_accuracy(P, y_true, y_noisy) -> float:

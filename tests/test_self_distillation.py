@@ -260,6 +260,48 @@ def test_block_model_reaches_t_star_and_pll_is_one_round():
     assert sd.block_model_pll(run, c, d, lam).noisy_accuracy(0) == 1.0
 
 
+def test_block_model_linearized_equals_closed_form_on_the_block_gram(rng):
+    K, n, c, d, lam = 3, 10, 0.4, 0.1, 0.01
+    G, y = sd.block_gram(K, n, c, d)
+    y_hat = sd.corrupt_labels(y, sd.corruption_matrix("sym", K, 0.5), rng)
+    closed = sd.linearized_rounds(G, sd.one_hot(y_hat, K), lam, rounds=3)
+    typed = sd.block_model_linearized(y, y_hat, K, c, d, lam, rounds=3)
+    assert len(typed.outputs) == 4
+    for t in range(4):
+        assert np.abs(closed[t] - typed.outputs[t][y, y_hat]).max() < 1e-12
+        # accuracy on the mislabelled inputs agrees with the per-input computation
+        assert math.isclose(typed.noisy_accuracy(t), sd.noisy_sample_accuracy(closed[t], y, y_hat))
+
+
+def test_block_model_counts_errors_and_accuracy_consistently():
+    K, n, c, d = 3, 20, 0.4, 0.1
+    y = np.repeat(np.arange(K), n)
+    y_hat = sd.corrupt_labels_exactly(y, sd.corruption_matrix("sym", K, 0.4))
+    run = sd.block_model_rounds(y, y_hat, K, c, d, 0.6 / (K * K * n), rounds=3)
+    mislabelled = int(np.sum(y != y_hat))
+    for t in range(4):
+        errors = run.noisy_errors(t)
+        assert isinstance(errors, int) and 0 <= errors <= mislabelled
+        assert math.isclose(run.noisy_accuracy(t), 1 - errors / mislabelled)
+    assert run.noisy_errors(0) == mislabelled          # the teacher memorises every wrong label
+
+
+def test_numerical_study_follows_its_labels_and_t_star():
+    out = sd.numerical_study(3, K=3, n=40, lam=1e-3, eta=0.4, rounds=8)
+    y = np.repeat(np.arange(3), 40)
+    y_hat = sd.corrupt_labels(y, sd.corruption_matrix("sym", 3, 0.4), np.random.default_rng(3))
+    assert out["seed"] == 3 and out["mislabelled"] == int(np.sum(y != y_hat))
+    assert math.isclose(out["Delta"], sd.plurality_margin(y, y_hat, 3))
+    assert len(out["exact_errors"]) == len(out["linearized_errors"]) == 9
+    assert out["exact_errors"][0] == out["mislabelled"]
+    # the linearised closed form is the dynamics formula (5) was derived from
+    assert out["linearized_first"] == out["t_star"]
+    first = next(t for t, e in enumerate(out["exact_errors"]) if e == 0)
+    assert out["exact_first"] == first
+    with pytest.raises(TypeError, match="seed"):
+        sd.numerical_study(1.5)
+
+
 def test_noisy_sample_accuracy():
     P = np.array([[0.9, 0.1], [0.2, 0.8], [0.3, 0.7]])
     assert sd.noisy_sample_accuracy(P, np.array([0, 0, 1]), np.array([1, 1, 1])) == 0.5
@@ -299,6 +341,8 @@ def test_distillation_gains_on_digits_improves_at_high_noise():
     (lambda: sd.corrupt_labels([0, 1], np.eye(2), rng=0), TypeError, "rng"),
     (lambda: sd.plurality_margin([0, 1], [0], 2), ValueError, "same length"),
     (lambda: sd.noisy_sample_accuracy(np.eye(2), [0, 1], [0, 1]), ValueError, "mislabelled"),
+    (lambda: sd.block_model_linearized([0, 0, 1], [0, 1, 1], 2, 0.4, 0.1, 0.1, 1), ValueError, "same number"),
+    (lambda: sd.block_model_linearized([0, 1], [0, 1], 2, 0.1, 0.4, 0.1, 1), ValueError, "d < c"),
 ])
 def test_bad_input_raises_clear_errors(call, exc, match):
     with pytest.raises(exc, match=match):
