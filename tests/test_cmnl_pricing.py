@@ -170,6 +170,7 @@ def test_thompson_sample_count():
     lambda: cp.UCBLCBPolicy(beta=1.0), lambda: cp.TSLCBPolicy(beta=1.0),
     lambda: cp.UCBLCBPolicy(beta=1.0, assortment="topk"), lambda: cp.ExploreThenCommit(),
     lambda: cp.CensoringUnawarePricing(), lambda: cp.UCBLCBPolicy(beta=1.0, pricing="ucb"),
+    lambda: cp.ExploreThenCommitLCB(),
 ])
 def test_policies_run_and_respect_capacity(env, make):
     out = cp.simulate(env, make(), 60, np.random.default_rng(0))
@@ -201,8 +202,8 @@ def test_make_policy_names():
 
 def test_regret_curves_and_growth_statistics():
     out = cp.regret_curves(lambda: cp.UCBLCBPolicy(), N=5, d=2, K=2, T=50, seeds=[0, 1])
-    by_name = cp.regret_curves("UCBA-LCBP", N=5, d=2, K=2, T=50, seeds=[0, 1], beta=1.0)
-    np.testing.assert_array_equal(out["cumulative"], by_name["cumulative"])
+    by_name = cp.regret_curves("UCBA-LCBP", N=5, d=2, K=2, T=50, seeds=[0, 1], beta=1.0)   # batched engine
+    np.testing.assert_allclose(out["cumulative"], by_name["cumulative"], rtol=0, atol=1e-9)
     assert out["cumulative"].shape == (2, 50)
     assert np.all(np.diff(out["cumulative"], axis=1) >= -1e-12)
     t = np.arange(1, 1001, dtype=float)
@@ -274,30 +275,104 @@ def test_censoring_unaware_regret_is_linear_by_construction():
         np.testing.assert_allclose(out["regret"], out["revenue_star"])
 
 
-def test_curve_statistics_and_paired_upper_bound():
+def test_curve_statistics_and_market_slopes():
     t = np.arange(1, 401, dtype=float)
     st = cp.curve_statistics(np.vstack([np.sqrt(t), 3 * np.sqrt(t)]))
     np.testing.assert_allclose(st["reg_T"], [20.0, 60.0])
     assert st["mean_T"] == pytest.approx(40.0)
     assert st["ratio"] == pytest.approx(math.sqrt(2) - 1, abs=0.01)
     assert st["slope"] == pytest.approx(0.5, abs=1e-9)
-    a, b = np.array([1.0, 2.0, 3.0]), np.array([2.0, 4.0, 6.0])
-    diff = a - b
-    assert cp.paired_upper_bound(a, b) == pytest.approx(diff.mean() + 1.96 * diff.std(ddof=1) / math.sqrt(3))
-    assert cp.paired_upper_bound(a, b) < 0 < cp.paired_upper_bound(b, a)
-    assert cp.paired_upper_bound([1.0], [2.0]) == math.inf
-    with pytest.raises(ValueError, match="same"):
-        cp.paired_upper_bound([1.0, 2.0], [1.0])
-    with pytest.raises(ValueError, match="z"):
-        cp.paired_upper_bound(a, b, z=0)
+    np.testing.assert_allclose(cp.market_slopes(np.vstack([np.sqrt(t), 2 * t, t ** 0.8])), [0.5, 1.0, 0.8],
+                               atol=1e-9)
+    np.testing.assert_allclose(st["slopes"], [0.5, 0.5], atol=1e-9)
+    with pytest.raises(ValueError, match="positive"):
+        cp.market_slopes(np.zeros((2, 10)))
 
 
 def test_seconds_per_round_and_topk_policies():
     sec = cp.seconds_per_round("UCBA-LCBP", 6, 2, 3, rounds=20)
     assert 0.0 <= sec < 1.0
+    assert 0.0 <= cp.seconds_per_round("UCBA-LCBP", 6, 2, 3, rounds=20, markets=3) < 1.0
+    assert 0.0 <= cp.seconds_per_round("censoring-unaware", 6, 2, 3, rounds=20, markets=2) < 1.0
+    with pytest.raises(TypeError, match="markets"):
+        cp.seconds_per_round("UCBA-LCBP", 6, 2, 3, rounds=20, markets=1.5)
     assert cp.make_policy("UCBA-LCBP", assortment="topk").assortment == "topk"
     assert cp.make_policy("ETC", assortment="topk").assortment == "topk"
     with pytest.raises(ValueError, match="rounds"):
         cp.seconds_per_round("UCBA-LCBP", 6, 2, 3, rounds=5)
     with pytest.raises(ValueError, match="assortment"):
         cp.make_policy("TSA-LCBP", assortment="greedy")
+
+
+@pytest.mark.parametrize("name", cp.BATCHED_POLICIES)
+@pytest.mark.parametrize("assortment", ["exact", "topk"])
+def test_batched_engine_reproduces_one_market_runs(name, assortment):
+    """All markets at once: the same trajectories as one market after the other (same draws, same choices)."""
+    from companion_lib.cmnl_pricing.batch import batched_regret_curves
+
+    seeds, T = [0, 3, 5], 120
+    single = {"cumulative": [], "censored": [], "revenue_star": []}
+    for s in seeds:
+        env = cp.make_environment(7, 3, 3, np.random.default_rng(s))
+        out = cp.simulate(env, cp.make_policy(name, 1.0, assortment), T, np.random.default_rng(s + 1000))
+        single["cumulative"].append(np.cumsum(out["regret"]))
+        single["censored"].append(out["censored"])
+        single["revenue_star"].append(out["revenue_star"])
+    batch = batched_regret_curves(name, 7, 3, 3, T, seeds, 1.0, assortment)
+    np.testing.assert_allclose(batch["cumulative"], np.array(single["cumulative"]), rtol=0, atol=1e-9)
+    np.testing.assert_array_equal(batch["censored"], np.array(single["censored"]))
+    np.testing.assert_array_equal(batch["revenue_star"], np.array(single["revenue_star"]))
+    # regret_curves takes the batched path for these names, and the one-market path on request
+    np.testing.assert_allclose(cp.regret_curves(name, 7, 3, 3, 30, seeds)["cumulative"],
+                               cp.regret_curves(name, 7, 3, 3, 30, seeds, batched=False)["cumulative"], atol=1e-9)
+
+
+def test_batched_engine_rejects_bad_input():
+    from companion_lib.cmnl_pricing.batch import batched_regret_curves
+
+    with pytest.raises(ValueError, match="name"):
+        batched_regret_curves("censoring-unaware", 5, 2, 2, 10, [0])
+    with pytest.raises(ValueError, match="seeds"):
+        batched_regret_curves("UCBA-LCBP", 5, 2, 2, 10, [])
+    with pytest.raises(TypeError, match="T"):
+        batched_regret_curves("UCBA-LCBP", 5, 2, 2, 1.5, [0])
+    with pytest.raises(ValueError, match="assortment"):
+        batched_regret_curves("UCBA-LCBP", 5, 2, 2, 10, [0], assortment="greedy")
+
+
+def test_assortment_ties_go_to_the_first_best_set():
+    from companion_lib.cmnl_pricing.model import _first_best
+
+    masks = cp.all_assortments(4, 2)
+    r, w = np.ones(4), np.ones(4)                       # every singleton ties, every pair ties
+    best = cp.best_assortment(r, w, masks)
+    np.testing.assert_array_equal(best, masks[4])        # the first pair (pairs beat singletons: 2/3 > 1/2)
+    value = np.array([[1.0, 3.0, 3.0 - 1e-15, 2.0], [0.0, 1.0 - 1e-14, 1.0, 1.0]])
+    np.testing.assert_array_equal(_first_best(value), [1, 1])
+
+
+def test_explore_then_commit_lcb_is_censoring_aware(env):
+    """Price-zero exploration is never censored; the second half prices below the first half's LCB; the
+    commitment is eq. (8) with the batch estimate and stays fixed."""
+    T = 300
+    policy = cp.ExploreThenCommitLCB(beta=1.0)
+    out = cp.simulate(env, policy, T, np.random.default_rng(2))
+    n0, n_zero = policy.n_explore, policy.n_price_zero
+    assert n0 == round(T ** (2 / 3)) and n_zero == n0 // 2
+    assert np.all(out["censored"][:n_zero] == 0.0)
+    lcb = policy.v_lcb
+    assert lcb is not None and np.all(lcb >= 0) and np.all(lcb <= 1.0 + 1e-12)
+    offered, prices = policy.plan
+    theta, V = policy._fit(np.array(policy.Z), np.array(policy.choices))
+    width = np.sqrt(np.einsum("nd,de,ne->n", env.X, np.linalg.inv(V[:3, :3]), env.X))
+    np.testing.assert_allclose(prices, np.maximum(env.X @ theta[:3] - width, 0.0))
+    assert np.all(np.diff(out["regret"][n0:]) == 0.0)    # committed: the same expected regret every round
+    assert offered.sum() <= env.K
+    # a wider confidence radius prices lower after the commitment
+    wide = cp.ExploreThenCommitLCB(beta=3.0)
+    cp.simulate(env, wide, T, np.random.default_rng(2))
+    assert np.all(wide.plan[1] <= prices + 1e-12)
+    with pytest.raises(ValueError, match="lam"):
+        cp.ExploreThenCommitLCB(lam=0.0)
+    with pytest.raises(ValueError, match="beta"):
+        cp.ExploreThenCommitLCB(beta=-1.0)

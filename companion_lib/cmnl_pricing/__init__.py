@@ -31,25 +31,27 @@ chosen optimistically, by upper confidence bounds (UCBA-LCBP, Algorithm 1) or by
 
 The package, one file per part: :mod:`.model` (eqs. (1)-(5), the environment and the oracle),
 :mod:`.estimation` (eqs. (6)-(7)), :mod:`.policies` (eqs. (8)-(9), Algorithms 1-2 and the baselines) and
-:mod:`.experiment` (simulation, regret curves and their statistics, timing).
+:mod:`.experiment` (simulation, regret curves and their statistics, timing), with :mod:`.batch` running the
+same policies on many markets at once.
 
 Conventions in code: products are indexed ``0..N-1``; an assortment is a boolean mask of shape
 ``(N,)`` (or ``(M, N)`` for many); a purchase is an int, ``-1`` meaning "no purchase".
 """
 
+from .batch import BATCHED_POLICIES, batched_regret_curves
 from .estimation import OnlineMNLEstimator, fit_mnl_mle, mnl_fisher
-from .experiment import (POLICY_NAMES, curve_statistics, growth_ratio, loglog_slope, make_policy, paired_upper_bound,
+from .experiment import (POLICY_NAMES, curve_statistics, growth_ratio, loglog_slope, make_policy, market_slopes,
                          regret_curves, seconds_per_round, simulate)
 from .model import (CensoredMNLEnv, all_assortments, best_assortment, censored_choice_probabilities, expected_revenue,
                     kappa, make_environment, oracle, revenue_price_gradient, topk_assortment)
-from .policies import (CensoringUnawarePricing, ExploreThenCommit, Policy, TSLCBPolicy, UCBLCBPolicy,
+from .policies import (CensoringUnawarePricing, ExploreThenCommit, ExploreThenCommitLCB, Policy, TSLCBPolicy, UCBLCBPolicy,
                        thompson_sample_count)
 
 __all__ = [
     "CensoredMNLEnv", "make_environment", "censored_choice_probabilities", "expected_revenue",
     "revenue_price_gradient", "all_assortments", "best_assortment", "topk_assortment",
     "oracle", "kappa", "mnl_fisher", "OnlineMNLEstimator", "fit_mnl_mle", "thompson_sample_count",
-    "Policy", "UCBLCBPolicy", "TSLCBPolicy", "ExploreThenCommit", "CensoringUnawarePricing",
+    "Policy", "UCBLCBPolicy", "TSLCBPolicy", "ExploreThenCommit", "ExploreThenCommitLCB", "CensoringUnawarePricing",
     "POLICY_NAMES", "make_policy", "simulate", "regret_curves", "growth_ratio", "loglog_slope",
-    "curve_statistics", "paired_upper_bound", "seconds_per_round",
+    "curve_statistics", "market_slopes", "seconds_per_round", "batched_regret_curves", "BATCHED_POLICIES",
 ]

@@ -1,18 +1,19 @@
-r"""The book's runs: one simulation of a policy, the policies by name, regret curves over seeds and
-their statistics (growth ratio, log-log slope, the paired upper bound), and the time per round."""
+r"""The book's runs: one simulation of a policy, the policies by name, regret curves over seeds (with the
+many-market engine of :mod:`~companion_lib.cmnl_pricing.batch` where a policy has one) and their
+statistics (growth ratio, log-log slope per market and of the mean curve), and the time per round."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
+from .batch import BATCHED_POLICIES, batched_regret_curves
 from .model import CensoredMNLEnv, _censored_probs, _positive_int, make_environment
-from .policies import CensoringUnawarePricing, ExploreThenCommit, Policy, TSLCBPolicy, UCBLCBPolicy, _check_common
+from .policies import (CensoringUnawarePricing, ExploreThenCommit, ExploreThenCommitLCB, Policy, TSLCBPolicy,
+                       UCBLCBPolicy, _check_common)
 
 __all__ = [
     "POLICY_NAMES", "make_policy", "simulate", "regret_curves", "growth_ratio", "loglog_slope", "curve_statistics",
-    "paired_upper_bound", "seconds_per_round",
+    "market_slopes", "seconds_per_round",
 ]
 
 
@@ -43,7 +44,7 @@ def simulate(env: CensoredMNLEnv, policy: Policy, T: int, rng: np.random.Generat
     return {"regret": regret, "censored": censored, "revenue_star": R_star}
 
 
-POLICY_NAMES = ("UCBA-LCBP", "TSA-LCBP", "ETC", "censoring-unaware", "UCB-price heuristic")
+POLICY_NAMES = ("UCBA-LCBP", "TSA-LCBP", "ETC", "ETC-LCB", "censoring-unaware", "UCB-price heuristic")
 
 
 def make_policy(name: str, beta: float = 1.0, assortment: str = "exact") -> Policy:
@@ -60,6 +61,8 @@ def make_policy(name: str, beta: float = 1.0, assortment: str = "exact") -> Poli
         return TSLCBPolicy(beta=beta, assortment=assortment)
     if name == "ETC":
         return ExploreThenCommit(assortment=assortment)
+    if name == "ETC-LCB":
+        return ExploreThenCommitLCB(beta=beta, assortment=assortment)
     if name == "censoring-unaware":
         return CensoringUnawarePricing(beta=beta)
     if name == "UCB-price heuristic":
@@ -69,13 +72,18 @@ def make_policy(name: str, beta: float = 1.0, assortment: str = "exact") -> Poli
     raise ValueError(f"name must be one of {POLICY_NAMES}, got {name!r}")
 
 
-def regret_curves(policy, N: int, d: int, K: int, T: int, seeds, beta: float = 1.0) -> dict:
+def regret_curves(policy, N: int, d: int, K: int, T: int, seeds, beta: float = 1.0, batched: bool = True) -> dict:
     """Cumulative regret ``(len(seeds), T)`` of a policy on one fresh market per seed.
 
     ``policy`` is a name for :func:`make_policy` (with ``beta``) or a zero-argument factory. The market
     of seed ``s`` is ``make_environment(N, d, K, default_rng(s))``, the same for every policy; the
-    policy's randomness uses ``default_rng(s + 1000)``.
+    policy's randomness uses ``default_rng(s + 1000)``. A named policy with a many-market
+    implementation (:data:`~companion_lib.cmnl_pricing.batch.BATCHED_POLICIES`) runs all markets at once
+    (``batched=False``: one market after the other with :func:`simulate`; the tests check that both
+    give the same curves).
     """
+    if isinstance(policy, str) and batched and policy in BATCHED_POLICIES:
+        return batched_regret_curves(policy, N, d, K, T, seeds, beta)
     if isinstance(policy, str):
         name = policy
         make_policy(name, beta)                                  # validate the name early
@@ -123,54 +131,60 @@ def loglog_slope(cumulative, start: float = 0.25) -> float:
     return float(np.polyfit(np.log(t[keep]), np.log(c[keep]), 1)[0])
 
 
+def market_slopes(cumulative, start: float = 0.25) -> np.ndarray:
+    r""":func:`loglog_slope` of each market's curve (each row of ``cumulative``, ``(seeds, T)``): the
+    per-replicate statistic of the sublinear-regret claims (0.5 for :math:`\sqrt T`, 1 for linear growth)."""
+    c = np.atleast_2d(np.asarray(cumulative, dtype=float))
+    return np.array([loglog_slope(row, start) for row in c])
+
+
 def curve_statistics(cumulative) -> dict:
     r"""Shape and level of a set of cumulative-regret curves ``(seeds, T)``.
 
     Returns ``reg_T`` (per-seed :math:`\mathrm{Reg}(T)`), ``mean_T`` (their mean), ``ratio``
-    (:func:`growth_ratio` of the mean curve) and ``slope`` (:func:`loglog_slope` of the mean curve).
+    (:func:`growth_ratio` of the mean curve), ``slope`` (:func:`loglog_slope` of the mean curve) and
+    ``slopes`` (:func:`market_slopes`, one per seed).
     """
     c = np.atleast_2d(np.asarray(cumulative, dtype=float))
     mean = c.mean(axis=0)
     return {"reg_T": c[:, -1].copy(), "mean_T": float(c[:, -1].mean()),
-            "ratio": float(growth_ratio(mean)[0]), "slope": loglog_slope(mean)}
-
-
-def paired_upper_bound(a, b, z: float = 1.96) -> float:
-    r"""Upper end of the normal ``z``-interval for the mean of the paired differences ``a - b``.
-
-    Negative means ``a`` is smaller than ``b`` with the paper's 95% confidence (its figure draws
-    :math:`\pm1.96` standard errors over repeats). With a single pair the interval is unbounded.
-    """
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if a.shape != b.shape or a.ndim != 1 or a.size == 0:
-        raise ValueError(f"a and b must be 1-D arrays of the same non-zero length, got {a.shape} and {b.shape}")
-    if not z > 0:
-        raise ValueError(f"z must be > 0, got {z}")
-    diff = a - b
-    if diff.size < 2:
-        return math.inf
-    return float(diff.mean() + z * diff.std(ddof=1) / math.sqrt(diff.size))
+            "ratio": float(growth_ratio(mean)[0]), "slope": loglog_slope(mean), "slopes": market_slopes(c)}
 
 
 def seconds_per_round(name: str, N: int, d: int, K: int, rounds: int = 100, beta: float = 1.0,
-                      assortment: str = "exact", seed: int = 0) -> float:
-    """CPU seconds per round of policy ``name`` (policy step plus simulator), measured on a short run.
+                      assortment: str = "exact", seed: int = 0, markets: int = 1) -> float:
+    """CPU seconds per round of policy ``name`` on ``markets`` markets (policy step plus simulator),
+    measured on a short run.
 
-    Runs ``rounds // 5`` and ``rounds`` rounds on the same market and divides the difference of their
-    CPU times by the difference of their lengths, so the one-off costs of a run (building the
-    assortment table, the oracle) cancel. Used to estimate the cost of the paper's full scale.
+    Runs ``rounds // 5`` and ``rounds`` rounds and divides the difference of their CPU times by the
+    difference of their lengths, so the one-off costs of a run (building the assortment table, the
+    oracle) cancel. A policy with a many-market implementation advances all ``markets`` together (the
+    engine of :func:`regret_curves`); the others run one market after the other. For the
+    explore-then-commit baselines the short run is mostly exploration, so the figure overstates their
+    cost over a long horizon. Used to estimate the cost of the paper's full scale.
     """
     import time
 
     rounds = _positive_int(rounds, "rounds")
+    markets = _positive_int(markets, "markets")
     if rounds < 10:
         raise ValueError(f"rounds must be >= 10, got {rounds}")
-    env = make_environment(N, d, K, np.random.default_rng(seed))
-    env.optimum()                                    # computed once per market (cached), not per round
+    seeds = list(range(seed, seed + markets))
+    if name in BATCHED_POLICIES:
+        make_environment(N, d, K, np.random.default_rng(seed))          # checks the sizes
+        cpu = []
+        for length in (rounds // 5, rounds):
+            start = time.process_time()
+            batched_regret_curves(name, N, d, K, length, seeds, beta, assortment)
+            cpu.append(time.process_time() - start)
+        return max(cpu[1] - cpu[0], 0.0) / (rounds - rounds // 5)
+    envs = [make_environment(N, d, K, np.random.default_rng(s)) for s in seeds]
+    for env in envs:
+        env.optimum()                                # computed once per market (cached), not per round
     cpu = []
     for length in (rounds // 5, rounds):
-        policy = make_policy(name, beta, assortment)
         start = time.process_time()
-        simulate(env, policy, length, np.random.default_rng(seed + 1000))
+        for s, env in zip(seeds, envs):
+            simulate(env, make_policy(name, beta, assortment), length, np.random.default_rng(s + 1000))
         cpu.append(time.process_time() - start)
     return max(cpu[1] - cpu[0], 0.0) / (rounds - rounds // 5)

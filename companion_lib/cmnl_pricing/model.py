@@ -111,10 +111,18 @@ def best_assortment(r, w, masks) -> np.ndarray:
     return _best(r, w, masks, masks.astype(float))
 
 
+def _first_best(value) -> np.ndarray:
+    """Index of the best assortment along the last axis: the first whose value is within a relative
+    ``1e-12`` of the maximum. Revenue ties are common (at the first round all estimates are equal) and
+    rounding would otherwise break them differently in one-market and many-market code."""
+    best = value.max(axis=-1, keepdims=True)
+    return np.argmax(value >= best - 1e-12 * np.maximum(np.abs(best), 1.0), axis=-1)
+
+
 def _best(r, w, masks, mf):
     """:func:`best_assortment` without input checks; ``mf`` is ``masks`` as floats."""
     value = (mf @ (r * w)) / (1.0 + mf @ w)
-    return masks[int(np.argmax(value))].copy()
+    return masks[int(_first_best(value))].copy()
 
 
 def topk_assortment(r, w, K: int) -> np.ndarray:

@@ -8,10 +8,11 @@ import math
 import numpy as np
 
 from .model import _best, _positive_int, all_assortments, topk_assortment
-from .estimation import OnlineMNLEstimator, fit_mnl_mle
+from .estimation import OnlineMNLEstimator, _fisher, fit_mnl_mle
 
 __all__ = [
-    "thompson_sample_count", "Policy", "UCBLCBPolicy", "TSLCBPolicy", "ExploreThenCommit", "CensoringUnawarePricing",
+    "thompson_sample_count", "Policy", "UCBLCBPolicy", "TSLCBPolicy", "ExploreThenCommit", "ExploreThenCommitLCB",
+    "CensoringUnawarePricing",
 ]
 
 
@@ -168,6 +169,73 @@ class ExploreThenCommit(Policy):
             theta = fit_mnl_mle(np.array(self.Z), np.array(self.choices), lam=1.0)
             v_hat, a_hat = self.X @ theta[: self.d], self.W @ theta[self.d:]
             p = np.maximum(v_hat, 0.0)
+            self.plan = (self._choose(p, np.exp(v_hat - a_hat * p)), p)
+        return self.plan
+
+    def update(self, offered, prices, choice) -> None:
+        if self.plan is None and len(self.Z) < self.n_explore:
+            idx = np.flatnonzero(offered)
+            self.Z.append(np.hstack([self.X[idx], -prices[idx, None] * self.W[idx]]))
+            self.choices.append(-1 if choice < 0 else int(np.flatnonzero(idx == choice)[0]))
+
+
+class ExploreThenCommitLCB(Policy):
+    r"""Censoring-aware explore-then-commit: exploration whose prices are never (or rarely) censored, a
+    batch MLE, then the lower-confidence-bound prices of eq. (8) and the plug-in assortment, committed.
+
+    The first half of the :math:`T_0=\mathrm{round}(T^{2/3})` exploration rounds offers random
+    assortments of ``K`` products at price 0 (never censored, since :math:`v_i\ge0`), which identifies
+    :math:`\theta_v`; the second half offers random assortments at random prices below the valuations'
+    lower confidence bounds from the first half (:math:`p_i=U_i\,\underline v_i`, :math:`U_i\sim U(0,1)`),
+    which identifies :math:`\theta_\alpha` without censoring with high probability. A ridge MLE
+    (:func:`fit_mnl_mle`, ``lam``) on all exploration offers gives :math:`\hat\theta` and
+    :math:`V=\lambda I+\sum_tH_t(\hat\theta)` (the Fisher information of the offers); it then commits to
+    :math:`p_i=\max(x_i^\top\hat\theta_v-\beta\lVert x_i\rVert_{(V^v)^{-1}},0)` (eq. 8 with the batch
+    estimate; :math:`V^v` is the top-left block of :math:`V`, as in Algorithm 1) and the assortment that
+    maximises the plug-in revenue at those prices. Unlike :class:`ExploreThenCommit` (the paper's
+    baseline, whose plug-in prices sit at the estimated valuations), it sells after committing.
+    """
+
+    name = "ETC-LCB"
+
+    def __init__(self, beta: float = 1.0, T0: int | None = None, lam: float = 1.0, assortment: str = "exact") -> None:
+        _check_common(beta, 1.0, assortment)
+        if not lam > 0:
+            raise ValueError(f"lam must be > 0, got {lam}")
+        self.beta, self.T0, self.lam, self.assortment = float(beta), T0, float(lam), assortment
+
+    def reset(self, X, W, K, T, rng) -> None:
+        super().reset(X, W, K, T, rng)
+        self.n_explore = round(T ** (2 / 3)) if self.T0 is None else _positive_int(self.T0, "T0")
+        self.n_price_zero = max(self.n_explore // 2, 1)
+        self.Z, self.choices, self.v_lcb, self.plan = [], [], None, None
+
+    def _fit(self, Z, choices):
+        """Ridge MLE and ``V = lam I + sum_t H_t`` at the estimate."""
+        theta = fit_mnl_mle(Z, choices, lam=self.lam)
+        V = self.lam * np.eye(Z.shape[2])
+        for Zt in Z:
+            V += _fisher(Zt, theta)[1]
+        return theta, V
+
+    def _lcb(self, theta_v, Vv) -> np.ndarray:
+        return np.maximum(self.X @ theta_v - self.beta * _widths(self.X, np.linalg.inv(Vv)), 0.0)
+
+    def act(self, t: int):
+        if t < self.n_explore:
+            mask = np.zeros(self.N, dtype=bool)
+            mask[self.rng.choice(self.N, self.K, replace=False)] = True
+            if t < self.n_price_zero:
+                return mask, np.zeros(self.N)
+            if self.v_lcb is None:                               # theta_v from the price-zero offers
+                Z = np.array(self.Z)[:, :, : self.d]
+                theta_v, Vv = self._fit(Z, np.array(self.choices))
+                self.v_lcb = self._lcb(theta_v, Vv)
+            return mask, self.rng.uniform(0.0, 1.0, self.N) * self.v_lcb
+        if self.plan is None:
+            theta, V = self._fit(np.array(self.Z), np.array(self.choices))
+            p = self._lcb(theta[: self.d], V[: self.d, : self.d])
+            v_hat, a_hat = self.X @ theta[: self.d], self.W @ theta[self.d:]
             self.plan = (self._choose(p, np.exp(v_hat - a_hat * p)), p)
         return self.plan
 
