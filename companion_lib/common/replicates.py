@@ -144,9 +144,9 @@ def _finite(value, name: str) -> float:
 def decision_power(n: int, spread: float, effect: float, margin: float, level: float = 0.95) -> float:
     r"""The chance that the two-sided ``level`` Student-:math:`t` interval of the mean of ``n`` replicates lies
     wholly on the side of ``margin`` where the true mean ``effect`` is, when the replicates scatter with
-    standard deviation ``spread``: :math:`P(T > t_{(1+	ext{level})/2,\,n-1})` for :math:`T` non-central
-    :math:`t` with :math:`n-1` degrees of freedom and non-centrality :math:`|	ext{effect}-	ext{margin}|
-    \sqrt n/	ext{spread}` (``scipy.stats.nct``). A zero ``spread`` decides with certainty (power 1) unless the
+    standard deviation ``spread``: :math:`P(T > t_{(1+\text{level})/2,\,n-1})` for :math:`T` non-central
+    :math:`t` with :math:`n-1` degrees of freedom and non-centrality :math:`|\text{effect}-\text{margin}|
+    \sqrt n/\text{spread}` (``scipy.stats.nct``). A zero ``spread`` decides with certainty (power 1) unless the
     effect sits on the margin (power 0)."""
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 2:
         raise ValueError(f"n must be an int of at least two replicates, got {n!r}")
