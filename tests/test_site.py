@@ -1,4 +1,4 @@
-"""The site check (companion_lib.common.sitecheck): one synthetic page per defect class, so the checker
+"""The site check (bookkit.sitecheck): one synthetic page per defect class, so the checker
 itself is tested, and the check of the real website when it has been built.
 
 ``make test`` builds the website from the outputs of its own notebook run and then runs this file
