@@ -303,6 +303,53 @@ def test_se_mcts_runs_and_validates():
         MCTS().search(play_sequence([0, 1, 0, 1, 0, 1, 0]))
 
 
+def test_search_many_runs_each_search_as_alone():
+    # without networks nothing is batched numerically: lockstep searches equal sequential ones exactly
+    boards = [new_board(), play_sequence([3, 0, 3, 0, 3]), play_sequence([2, 2, 3, 3]), play_sequence([3])]
+    together = MCTS(n_simulations=60).search_many(boards)
+    for b, res in zip(boards, together):
+        alone = MCTS(n_simulations=60).search(b)
+        assert np.array_equal(alone.visits, res.visits) and np.array_equal(alone.q, res.q)
+        assert alone.move == res.move
+    assert MCTS().search_many([]) == []
+    with pytest.raises(ValueError, match="finished"):
+        MCTS().search_many([new_board(), play_sequence([0, 1, 0, 1, 0, 1, 0])])
+
+
+def test_batched_network_memo():
+    torch.manual_seed(0)
+    net = NumpyMLP(PolicyValueNet(126, 16).numpy_weights())
+    boards = [new_board(), play_sequence([3]), play_sequence([3, 4]), play_sequence([3])]   # one repeated
+    rows = net.on_boards(boards, before_features)
+    direct = net(before_features(boards))
+    assert np.allclose(np.stack(rows), direct, atol=1e-5)
+    assert rows[1] is rows[3]                                   # one evaluation per distinct position
+    again = net.on_boards(boards[::-1], before_features)
+    assert all(a is b for a, b in zip(again, rows[::-1]))     # served from the memo
+    derived = net.on_boards(boards, before_features, lambda b, row: float(row.sum()))
+    assert derived[0] == pytest.approx(float(direct[0].sum()), abs=1e-4)
+
+
+def test_play_match_alternates_colours_and_takes_batched_players():
+    def leftmost(board, rng):
+        return legal_moves(board)[0]
+    # a deterministic player against itself: the same game every time, won by the same colour, so the
+    # score over alternating colours is exactly one half
+    assert play_match(leftmost, leftmost, 6, seed=0) == 0.5
+    assert play_match(RankedPlayer(6), RankedPlayer(0), 20, seed=1) == play_match(RankedPlayer(6), RankedPlayer(0), 20, seed=1)
+    assert play_match(RankedPlayer(0), RankedPlayer(7), 20, seed=2) <= 0.1
+    with pytest.raises(ValueError, match="n_games"):
+        play_match(leftmost, leftmost, 0)
+
+
+def test_ranked_player_moves_follow_its_probabilities():
+    board = play_sequence([3, 2, 3])
+    player = RankedPlayer(2)
+    cols = player.moves([board] * 20000, np.random.default_rng(0))
+    freq = np.bincount(cols, minlength=7) / len(cols)
+    assert np.allclose(freq, player.probabilities(board), atol=0.015)
+
+
 def test_sa_mcts_probabilities():
     visits = np.array([50, 30, 2, 0])
     p1 = sa_mcts_probabilities(visits, 1.0)

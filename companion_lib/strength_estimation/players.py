@@ -181,6 +181,13 @@ class RankedPlayer:
         p = self.probabilities(board)
         return int(rng.choice(COLS, p=p))
 
+    def moves(self, boards: list[Board], rng: np.random.Generator) -> np.ndarray:
+        """A move for each of ``boards`` at once (one vectorised :func:`move_probabilities` call and one
+        uniform draw per board), as in :func:`self_play_batch`."""
+        p = move_probabilities([b.own for b in boards], [b.mask for b in boards],
+                               [_col_of(b.last) for b in boards], self.rank, self.habits)
+        return _sample_columns(p, rng)
+
 
 def play_game(first, second, rng: np.random.Generator) -> tuple[list[int], int]:
     """Play one game; ``first``/``second`` map ``(board, rng)`` to a column.
@@ -222,6 +229,12 @@ class GameRecords:
                              for f in ("moves", "length", "winner", "rank")))
 
 
+def _sample_columns(p: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One column per row of the move distributions ``p`` (G, 7), from one uniform draw per row."""
+    col = (p.cumsum(1) < rng.random((len(p), 1))).sum(1).clip(0, COLS - 1)
+    return np.where(p[np.arange(len(p)), col] > 0, col, p.argmax(1))   # guard against round-off
+
+
 def self_play_batch(rank: int, n_games: int, rng: np.random.Generator, habits: bool = True):
     """``n_games`` same-rank games played in lockstep with :func:`move_probabilities` (vectorised).
 
@@ -236,8 +249,7 @@ def self_play_batch(rank: int, n_games: int, rng: np.random.Generator, habits: b
     active = np.arange(n_games)
     for ply in range(42):
         p = move_probabilities(own[active], mask[active], last[active], rank, habits)
-        col = (p.cumsum(1) < rng.random((len(active), 1))).sum(1).clip(0, COLS - 1)
-        col = np.where(p[np.arange(len(active)), col] > 0, col, p.argmax(1))   # guard against round-off
+        col = _sample_columns(p, rng)
         bit = (mask[active] + _BOTTOM_NP[col]) & _COLUMN_NP[col]
         mover = own[active] | bit
         mask[active] |= bit

@@ -37,10 +37,10 @@ import torch
 from torch import nn
 
 from .connect4 import (
-    COLS, Board, _as_uint, _bits, is_win, legal_moves, new_board, play,
+    _BOTTOM, _TOP, COLS, Board, after_features, before_features, has_four, is_win, new_board, play,
 )
 from .estimator import mlp
-from .players import Positions, play_game
+from .players import Positions
 
 __all__ = [
     "NumpyMLP", "PolicyValueNet", "train_policy_value", "MCTS", "SearchResult", "sa_mcts_probabilities",
@@ -51,12 +51,44 @@ C_INIT, C_BASE = 1.25, 19652.0
 
 
 class NumpyMLP:
-    """A ReLU MLP evaluated in NumPy from a list of ``(W, b)`` pairs (torch's ``Linear`` layout)."""
+    """A ReLU MLP evaluated in NumPy from a list of ``(W, b)`` pairs (torch's ``Linear`` layout).
+
+    :meth:`on_boards` evaluates a batch of positions and memoises each output: searches meet the same
+    positions again (in the next move's search, in other games of a match, in other searches sharing the
+    network), and the network is a pure function of its input. (A row evaluated in a batch may differ from
+    the same row evaluated alone in the last bit of float32; the memo keeps the first value computed.)
+    """
+
+    #: memo entries kept at most (about 0.2 KB each); the memo is emptied when it is full
+    MEMO_SIZE = 400_000
 
     def __init__(self, weights: list[tuple[np.ndarray, np.ndarray]]):
         if not weights:
             raise ValueError("weights must be a non-empty list of (W, b) pairs")
         self.layers = [(np.ascontiguousarray(W.T, dtype=np.float32), b.astype(np.float32)) for W, b in weights]
+        self._memo: dict = {}
+
+    def on_boards(self, boards: list[Board], features, then=None) -> list:
+        """The output row for each board, with inputs ``features(boards)`` (a batch), or ``then(board, row)``
+        when ``then`` is given; memoised by ``(board, features, then)``, the new positions evaluated in
+        one batch."""
+        memo = self._memo
+        out = [memo.get((b, features, then)) for b in boards]
+        todo: dict = {}
+        for i, v in enumerate(out):
+            if v is None:
+                todo.setdefault(boards[i], []).append(i)
+        if todo:
+            if len(memo) + len(todo) > self.MEMO_SIZE:
+                memo.clear()
+            new = list(todo)
+            rows = self(features(new))
+            for b, row in zip(new, rows):
+                v = row if then is None else then(b, row)
+                memo[(b, features, then)] = v
+                for i in todo[b]:
+                    out[i] = v
+        return out
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         h = np.asarray(x, dtype=np.float32)
@@ -107,34 +139,48 @@ def train_policy_value(positions: Positions, steps: int = 1000, batch_size: int 
     return net
 
 
-def _before_one(b: Board) -> np.ndarray:
-    return _bits(_as_uint((b.own, b.mask ^ b.own, b.last))).reshape(1, -1)
+def _play(board: Board, col: int) -> Board:
+    """:func:`~.connect4.play` without the argument checks (the search only plays legal columns)."""
+    mask = board.mask
+    new_mask = mask | (mask + _BOTTOM[col])
+    bit = new_mask ^ mask
+    return Board(new_mask ^ (board.own | bit), new_mask, board.ply + 1, bit, board.last)
 
 
-def _after_one(b: Board) -> np.ndarray:
-    return _bits(_as_uint((b.mask ^ b.own, b.own, b.last, b.prev))).reshape(1, -1)
+def _priors(board: Board, out: np.ndarray) -> tuple[list, float]:
+    """Softmax priors over the legal columns and the value (tanh) from a policy/value output row."""
+    logits = out[[c for c in range(COLS) if not board.mask & _TOP[c]]]
+    p = np.exp(logits - logits.max())
+    return (p / p.sum()).tolist(), math.tanh(float(out[COLS]))
+
+
+def _score(board: Board, out: np.ndarray) -> float:
+    return float(out[0])
 
 
 class _Node:
-    __slots__ = ("board", "moves", "P", "N", "W", "children", "visits", "terminal", "value",
+    __slots__ = ("board", "ply", "moves", "P", "N", "W", "kids", "visits", "terminal", "value",
                  "se_sum", "se_cnt")
 
     def __init__(self, board: Board):
         self.board = board
-        self.children: dict[int, _Node] = {}
+        self.ply = ply = board.ply
         self.visits = 0
         self.se_sum = 0.0
         self.se_cnt = 0
         self.P = None
-        if board.ply and is_win(board):
+        if ply and has_four(board.mask ^ board.own):
             self.terminal, self.value = True, -1.0   # the player to move has lost
-        elif board.ply == 42:
+        elif ply == 42:
             self.terminal, self.value = True, 0.0
         else:
             self.terminal, self.value = False, 0.0
-            self.moves = legal_moves(board)
-            self.N = [0] * len(self.moves)          # plain lists: faster than NumPy for <= 7 children
-            self.W = [0.0] * len(self.moves)
+            mask = board.mask
+            self.moves = moves = [c for c in range(COLS) if not mask & _TOP[c]]
+            k = len(moves)
+            self.N = [0] * k                        # plain lists: faster than NumPy for <= 7 children
+            self.W = [0.0] * k
+            self.kids = [None] * k                  # the child after moves[i], once expanded
 
 
 @dataclass
@@ -180,62 +226,95 @@ class MCTS:
             self.target = None
 
     # -- network calls ------------------------------------------------------------------------------
-    def _evaluate(self, node: _Node) -> float:
-        """Set the node's priors; return its value for the player to move."""
-        k = len(node.moves)
+    def _evaluate(self, nodes: list[_Node]) -> list[float]:
+        """Set the priors of ``nodes`` (one batch of network calls); return their values for the player
+        to move."""
         if self.pv is None:
-            node.P = [1.0 / k] * k
-            return 0.0
-        out = self.pv(_before_one(node.board))[0]
-        logits = out[node.moves]
-        p = np.exp(logits - logits.max())
-        node.P = (p / p.sum()).tolist()
-        return math.tanh(float(out[COLS]))
+            for node in nodes:
+                k = len(node.moves)
+                node.P = [1.0 / k] * k
+            return [0.0] * len(nodes)
+        values = []
+        for node, (P, value) in zip(nodes, self.pv.on_boards([n.board for n in nodes], before_features, _priors)):
+            node.P = P
+            values.append(value)
+        return values
 
     # -- search -----------------------------------------------------------------------------------
     def search(self, board: Board) -> SearchResult:
         """Run ``n_simulations`` simulations from ``board`` and return the root statistics."""
-        if board.ply and is_win(board) or board.ply == 42:
-            raise ValueError("board is a finished game")
-        root = _Node(board)
-        self._evaluate(root)
+        return self.search_many([board])[0]
+
+    def search_many(self, boards: list[Board]) -> list[SearchResult]:
+        """One search per board, run in lockstep: simulation ``j`` of every search is played before
+        simulation ``j + 1`` of any, so that the network evaluates the new leaves of all searches in one
+        batch. Each search is the sequential PUCT search (6)-(7) of its own board."""
+        boards = list(boards)
+        for b in boards:
+            if b.ply and is_win(b) or b.ply == 42:
+                raise ValueError("board is a finished game")
+        roots = [_Node(b) for b in boards]
+        if not roots:
+            return []
+        self._evaluate(roots)
         use_se = self.s_weight > 0
-        dmin, dmax = math.inf, -math.inf
+        select, target, se = self._select, self.target, self.se
+        K = len(roots)
+        dmin, dmax = [math.inf] * K, [-math.inf] * K
         for _ in range(self.n_simulations):
-            node, path, acts = root, [root], []
-            while True:
-                if node.terminal:
-                    value = node.value
-                    break
-                i = self._select(node, dmin, dmax) if node.visits else node.P.index(max(node.P))
-                a = node.moves[i]
-                acts.append(i)
-                child = node.children.get(a)
-                if child is None:
-                    child = node.children[a] = _Node(play(node.board, a))
-                    path.append(child)
-                    value = child.value if child.terminal else self._evaluate(child)
-                    break
-                node = child
-                path.append(node)
-            # back up the value (negamax: each parent sees the child's value with the other sign)
-            for parent, i in zip(reversed(path[:-1]), reversed(acts)):
-                value = -value
-                parent.N[i] += 1
-                parent.W[i] += value
-            for n in path:
-                n.visits += 1
-            if use_se:
-                beta = float(self.se(_after_one(path[-1].board))[0, 0])
-                for n in path[1:]:          # the root's own score is not used
-                    n.se_sum += beta
-                    n.se_cnt += 1
-                    d = abs(n.se_sum / n.se_cnt - self.target[n.board.ply])
-                    dmin, dmax = min(dmin, d), max(dmax, d)
-        visits = np.array(root.N, dtype=float)
-        q = np.where(visits > 0, np.array(root.W) / np.maximum(visits, 1), 0.0)
-        best = int(np.lexsort((q, visits))[-1])
-        return SearchResult(np.array(root.moves), visits, q, int(root.moves[best]))
+            paths, acts_of, values, new = [], [], [0.0] * K, []
+            for k, root in enumerate(roots):
+                node, path, acts = root, [root], []
+                while True:
+                    if node.terminal:
+                        values[k] = node.value
+                        break
+                    i = select(node, dmin[k], dmax[k]) if node.visits else node.P.index(max(node.P))
+                    acts.append(i)
+                    child = node.kids[i]
+                    if child is None:
+                        child = node.kids[i] = _Node(_play(node.board, node.moves[i]))
+                        path.append(child)
+                        if child.terminal:
+                            values[k] = child.value
+                        else:
+                            new.append(k)
+                        break
+                    node = child
+                    path.append(node)
+                paths.append(path)
+                acts_of.append(acts)
+            if new:
+                for k, v in zip(new, self._evaluate([paths[k][-1] for k in new])):
+                    values[k] = v
+            betas = se.on_boards([p[-1].board for p in paths], after_features, _score) if use_se else None
+            for k in range(K):
+                path, value = paths[k], values[k]
+                # back up the value (negamax: each parent sees the child's value with the other sign)
+                for parent, i in zip(reversed(path[:-1]), reversed(acts_of[k])):
+                    value = -value
+                    parent.N[i] += 1
+                    parent.W[i] += value
+                for n in path:
+                    n.visits += 1
+                if use_se:
+                    beta, lo, hi = betas[k], dmin[k], dmax[k]
+                    for n in path[1:]:          # the root's own score is not used
+                        n.se_sum += beta
+                        n.se_cnt += 1
+                        d = abs(n.se_sum / n.se_cnt - target[n.ply])
+                        if d < lo:
+                            lo = d
+                        if d > hi:
+                            hi = d
+                    dmin[k], dmax[k] = lo, hi
+        results = []
+        for root in roots:
+            visits = np.array(root.N, dtype=float)
+            q = np.where(visits > 0, np.array(root.W) / np.maximum(visits, 1), 0.0)
+            best = int(np.lexsort((q, visits))[-1])
+            results.append(SearchResult(np.array(root.moves), visits, q, int(root.moves[best])))
+        return results
 
     def _select(self, node: _Node, dmin: float, dmax: float) -> int:
         """Equation (7) (Equation (6) when ``s_weight == 0``): the index of the child to visit."""
@@ -245,19 +324,21 @@ class MCTS:
         total = sum(n)
         fpu = sum(W) / total if total else 0.0          # unvisited children: the parent's mean value
         penalise = self.s_weight > 0 and dmax > dmin
+        kids = node.kids
         best, best_score = 0, -math.inf
-        for i, a in enumerate(node.moves):
-            q = W[i] / n[i] if n[i] else fpu
-            score = (q + 1) / 2 + c * P[i] * sqrt_n / (1 + n[i])
+        for i in range(len(n)):
+            ni = n[i]
+            q = W[i] / ni if ni else fpu
+            score = (q + 1) / 2 + c * P[i] * sqrt_n / (1 + ni)
             if penalise:
-                child = node.children.get(a)
+                child = kids[i]
                 if child is not None and child.se_cnt:
                     mean = child.se_sum / child.se_cnt
-                    delta = self.target[child.board.ply]
+                    delta = self.target[child.ply]
                     d = (abs(mean - delta) - dmin) / (dmax - dmin)
                     if mean < delta:                     # weaker than the target: half the penalty
                         d *= 0.5
-                    score -= self.s_weight * c * d * sqrt_n / (1 + n[i])
+                    score -= self.s_weight * c * d * sqrt_n / (1 + ni)
             if score > best_score:
                 best, best_score = i, score
         return best
@@ -265,6 +346,10 @@ class MCTS:
     def __call__(self, board: Board, rng: np.random.Generator | None = None) -> int:
         """Play the most visited move (a player usable with :func:`play_match`)."""
         return self.search(board).move
+
+    def moves(self, boards: list[Board], rng: np.random.Generator | None = None) -> list[int]:
+        """The move of each board, the searches run in lockstep (:meth:`search_many`)."""
+        return [r.move for r in self.search_many(boards)]
 
 
 def sa_mcts_probabilities(visits: np.ndarray, z: float) -> np.ndarray:
@@ -293,18 +378,40 @@ def target_by_move(candidates: Positions, beta: np.ndarray, rank: int, min_count
 
 
 def play_match(player, opponent, n_games: int, seed: int = 0) -> float:
-    """Score of ``player`` against ``opponent`` over ``n_games`` games with alternating colours
-    (win 1, draw 1/2). Players map ``(board, rng)`` to a column."""
+    """Score of ``player`` against ``opponent`` over ``n_games`` games with alternating colours (``player``
+    moves first in the even games; win 1, draw 1/2).
+
+    The games are played in lockstep, one ply of every unfinished game at a time, so that a player with a
+    ``moves(boards, rng)`` method (:class:`MCTS`, :class:`~.players.RankedPlayer`) chooses the moves of all
+    its games at once; any other player maps ``(board, rng)`` to a column, game by game."""
     if isinstance(n_games, bool) or not isinstance(n_games, int) or n_games < 1:
         raise ValueError(f"n_games must be a positive int, got {n_games!r}")
     rng = np.random.default_rng(seed)
-    score = 0.0
-    for g in range(n_games):
-        side = g % 2
-        first, second = (player, opponent) if side == 0 else (opponent, player)
-        _, w = play_game(first, second, rng)
-        score += 0.5 if w < 0 else float(w == side)
+    boards = [new_board()] * n_games
+    active, score, ply = list(range(n_games)), 0.0, 0
+    while active:
+        for who, side in ((player, ply % 2), (opponent, 1 - ply % 2)):
+            games = [g for g in active if g % 2 == side]     # games in which `who` is to move
+            if games:
+                for g, col in zip(games, _choose(who, [boards[g] for g in games], rng)):
+                    boards[g] = play(boards[g], int(col))
+        still = []
+        for g in active:
+            b = boards[g]
+            if is_win(b):
+                score += float((b.ply - 1) % 2 == g % 2)      # the last mover won
+            elif b.ply == 42:
+                score += 0.5
+            else:
+                still.append(g)
+        active, ply = still, ply + 1
     return score / n_games
+
+
+def _choose(player, boards: list[Board], rng: np.random.Generator) -> list[int]:
+    if hasattr(player, "moves"):
+        return player.moves(boards, rng)
+    return [player(b, rng) for b in boards]
 
 
 def move_matching(search: MCTS, positions: Positions, boards: list[Board]) -> tuple[np.ndarray, list[SearchResult]]:
@@ -312,6 +419,6 @@ def move_matching(search: MCTS, positions: Positions, boards: list[Board]) -> tu
     whether the search's move equals the human move, and the search results (for SA-MCTS)."""
     if len(boards) != len(positions):
         raise ValueError("boards and positions must have the same length")
-    results = [search.search(b) for b in boards]
+    results = search.search_many(boards)
     hit = np.array([r.move == m for r, m in zip(results, positions.move)], dtype=float)
     return hit, results
