@@ -4,6 +4,7 @@ assortments and the oracle, the environment, and the input checks the other file
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from itertools import combinations
 
 import numpy as np
@@ -89,6 +90,13 @@ def all_assortments(N: int, K: int) -> np.ndarray:
     N, K = _positive_int(N, "N"), _positive_int(K, "K")
     if K > N:
         raise ValueError(f"K must be <= N, got K={K}, N={N}")
+    return _assortment_table(N, K).copy()
+
+
+@lru_cache(maxsize=16)
+def _assortment_table(N: int, K: int) -> np.ndarray:
+    """The table of :func:`all_assortments`, built once per ``(N, K)`` (every market and policy of a run
+    needs it; at ``N = 20`` it has over twenty thousand rows)."""
     rows = [c for k in range(1, K + 1) for c in combinations(range(N), k)]
     masks = np.zeros((len(rows), N), dtype=bool)
     for m, c in enumerate(rows):
