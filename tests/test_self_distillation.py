@@ -71,6 +71,21 @@ def test_ce_gradient_matches_finite_differences(problem, rng):
     assert check_grad(f, g, w) / np.linalg.norm(g(w)) < 1e-5
 
 
+def test_ce_hessian_vector_product_matches_gradient_differences(problem, rng):
+    X, y, K = problem
+    T = rng.dirichlet(np.ones(K), size=len(y))
+    w, v = rng.normal(size=K * X.shape[1]), rng.normal(size=K * X.shape[1])
+    grad = lambda u: sd._ce_objective(u, X, T, 0.1, K)[1]
+    h = 1e-6
+    numeric = (grad(w + h * v) - grad(w - h * v)) / (2 * h)
+    exact = sd._ce_hessp(w, v, X, T, 0.1, K)
+    assert np.abs(numeric - exact).max() < 1e-6 * max(1.0, np.abs(exact).max())
+    # symmetric and positive definite (the objective is strictly convex): v'Hv >= lam |v|^2
+    u = rng.normal(size=v.size)
+    assert math.isclose(u @ sd._ce_hessp(w, v, X, T, 0.1, K), v @ sd._ce_hessp(w, u, X, T, 0.1, K), rel_tol=1e-9)
+    assert v @ exact >= 0.1 * (v @ v) * (1 - 1e-9)
+
+
 # -- self-distillation -----------------------------------------------------------------------------
 def test_self_distill_rounds_chain_targets(problem):
     X, y, K = problem
