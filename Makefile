@@ -98,7 +98,7 @@ structure-locked:
 	@rm -rf $(BUILD)/structure conf.py
 	@$(VENV)/bin/jupyter-book config sphinx . >/dev/null
 	PYTHONPATH=. $(VENV)/bin/sphinx-build -b html -W --keep-going -q -D nb_execution_mode=off \
-	  -D suppress_warnings=mystnb.glue . $(BUILD)/structure; \
+	  -D suppress_warnings=mystnb.glue,mystnb.glue_ref . $(BUILD)/structure; \
 	  status=$$?; rm -f conf.py; exit $$status
 	@echo "structure build: OK"
 
