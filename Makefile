@@ -13,7 +13,7 @@ PIPFILTER := 2>&1 | { grep -v "is ignored: it is neither a file nor a directory"
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: help book site book-student assignments test check structure structure-locked notebooks reseed worlds clean venv check-python
+.PHONY: help book site book-student assignments test check structure structure-locked notebooks reseed bench worlds worlds-check clean venv check-python
 
 help:
 	@echo "make book   build the website into $(BUILD)/html, executing every chapter"
@@ -24,6 +24,8 @@ help:
 	@echo "make book-student  the website with solutions hidden"
 	@echo "make reseed CHAPTER=01 SEEDS=\"11 12 13\"  re-run a chapter's reproduce notebook under other seeds"
 	@echo "                 (TIMEOUT=3600: seconds a cell may run, default 1800)"
+	@echo "make bench  every chapter's notebooks timed one at a time (CHAPTER=07: one chapter), against the budget"
+	@echo "make worlds-check  re-train every shipped tiny-VLM world and compare it with its checkpoint"
 	@echo "make worlds  re-train the shipped tiny-VLM worlds of chapters 16-17 (companion_lib/tinyvlm/checkpoints)"
 	@echo "make clean  remove $(BUILD) (keeps .venv)"
 
@@ -126,6 +128,21 @@ book-student: $(STAMP)
 reseed: $(STAMP)
 	@test -n "$(CHAPTER)" -a -n "$(SEEDS)" || { echo 'usage: make reseed CHAPTER=01 SEEDS="11 12 13"'; exit 2; }
 	$(PY) -m bookkit reseed --chapter "$(CHAPTER)" --seeds "$(SEEDS)" $(if $(TIMEOUT),--timeout "$(TIMEOUT)")
+
+# A benchmark, not a test: the chapters' notebooks under nbval one at a time (-n 0, so one chapter never
+# slows another), each chapter's wall and CPU seconds and peak memory printed against the budget
+# (150 s, 3 GiB); CHAPTER=07 times one chapter. make test writes the same report for its parallel run.
+bench: $(STAMP)
+	@rm -rf $(BUILD)/bench-cache
+	BOOK_CACHE_DIR=$(CURDIR)/$(BUILD)/bench-cache BOOK_CLAIMS_DIR=$(CURDIR)/$(BUILD)/bench-claims \
+	  $(PY) -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env --nbval-cell-timeout=1800 \
+	  --runtime-report=$(BUILD)/bench.json $(if $(CHAPTER),chapters/$(CHAPTER)*/,chapters)
+	$(PY) -m bookkit bench $(BUILD)/bench.json
+
+# Every shipped world re-trained and compared with its checkpoint (make test re-trains one and checks the
+# recipe of all five): about a minute per world.
+worlds-check: $(STAMP)
+	$(PY) -m companion_lib.tinyvlm.checkpoint check
 
 # The tiny-VLM worlds that chapters 16 and 17 load for their default seeds, re-trained from scratch and
 # written to companion_lib/tinyvlm/checkpoints/ (byte-for-byte reproducible on the same machine and versions;
