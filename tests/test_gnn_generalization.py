@@ -239,10 +239,18 @@ def test_mpnn_layer_matches_torch_geometric_graphconv(data):
         conv.lin_rel.weight.copy_(model.rel[0].weight)
         conv.lin_rel.bias.copy_(model.rel[0].bias)
         conv.lin_root.weight.copy_(model.root[0].weight)
-        src, dst = b.edge_index
-        agg = torch.zeros_like(b.x).index_add_(0, dst, b.x[src])
-        ours = torch.relu(model.root[0](b.x) + model.rel[0](agg))
-        torch.testing.assert_close(ours, torch.relu(conv(b.x, b.edge_index)))
+        torch.testing.assert_close(model.vertex_states(b), torch.relu(conv(b.x, b.edge_index)))
+
+
+def test_train_mpnn_lowers_the_training_loss(data):
+    b = gg.make_batch(data.graphs, data.y)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        start = float(gg.margin_loss(gg.MPNN(1, 16, 2, 2)(b), b.y))
+    end = gg.train_mpnn(b, b, layers=2, epochs=60, seed=0).train_loss
+    assert end < start - 0.02
+    with pytest.raises(ValueError, match="epochs"):
+        gg.train_mpnn(b, b, layers=2, epochs=0)
 
 
 def test_margin_loss_is_the_official_hinge():
@@ -256,8 +264,10 @@ def test_margin_loss_is_the_official_hinge():
 def test_run_experiment_row():
     row = gg.run_experiment(0, 1, n_graphs=40, epochs=5)
     assert row["gap"] == pytest.approx(row["test_loss"] - row["train_loss"])
-    assert row["lip_f"] <= row["B_over_S"] + 1e-9
+    assert row["lip_f"] <= row["B_over_S"] + 1e-9                  # Prop. 4.3 on the sample
     assert row["bound"] > row["bound_code"] > 0
+    assert row["vc_bound"] == pytest.approx(gg.vc_bound(gg.wl_histograms(
+        gg.make_dataset(40, 0).split(0.5, np.random.default_rng([0, 1]))[0].graphs, 1)))
 
 
 def test_vc_bound_formula():
@@ -266,3 +276,124 @@ def test_vc_bound_formula():
     assert gg.vc_bound(lam, 0.1) == pytest.approx(math.sqrt((3 * (math.log(8 / 3) + 1) - math.log(0.025)) / 4))
     # the paper's ENZYMES value: 540 training graphs, all distinguished, gives about 1.30
     assert gg.vc_bound(np.arange(540.0)[:, None], 0.1) == pytest.approx(1.302, abs=0.005)
+
+
+def test_vc_bound_is_constant_once_every_graph_is_told_apart(data):
+    # WL refinement is monotone and D <= |S|: once one round tells every training graph apart, the VC
+    # bound of Appendix E is the same at every depth (it cannot "go flat": it is flat by construction)
+    H1 = gg.wl_histograms(data.graphs, 1)
+    if gg.n_distinct(H1) == len(data):
+        values = {gg.vc_bound(gg.wl_histograms(data.graphs, L)) for L in (1, 2, 3)}
+        assert len(values) == 1
+    counts = [gg.n_distinct(gg.wl_histograms(data.graphs, L)) for L in range(4)]
+    assert counts == sorted(counts) and counts[-1] <= len(data)
+    assert gg.vc_bound(np.arange(10.0)[:, None]) > gg.vc_bound(np.repeat(np.arange(5.0), 2)[:, None])
+
+
+def test_n_distinct_agrees_with_numpy_unique():
+    rng = np.random.default_rng(0)
+    lam = rng.integers(0, 2, size=(50, 4)).astype(float)
+    assert gg.n_distinct(lam) == len(np.unique(lam, axis=0))
+    assert gg.n_distinct(np.array([[0.0, 1.0], [-0.0, 1.0]])) == 1
+
+
+# -- the MPNN on WL colours, many replicates at once ---------------------------------------------------
+@pytest.mark.parametrize("layers, patterns", [(1, ()), (3, ()), (2, ("C3", "K4"))])
+def test_colour_graphs_histograms_are_the_wl_histograms(data, layers, patterns):
+    cg = gg.colour_graphs(data.graphs, layers, patterns, data.y)
+    np.testing.assert_array_equal(cg.hist, gg.wl_histograms(data.graphs, layers, patterns))
+    assert cg.n_colours[0] == cg.init.shape[0] and cg.layers == layers
+    if layers > 1:
+        short = cg.truncate(1)
+        np.testing.assert_array_equal(short.hist, gg.wl_histograms(data.graphs, 1, patterns))
+        assert short.layers == 1
+        with pytest.raises(ValueError, match="layers"):
+            cg.truncate(layers + 1)
+
+
+@pytest.mark.parametrize("layers, patterns", [(1, ()), (3, ()), (2, ("C3", "K4"))])
+def test_replicate_mpnn_computes_each_mpnn(data, layers, patterns):
+    models = []
+    for seed, norm in [(0, False), (1, True), (2, False)]:
+        torch.manual_seed(seed)
+        models.append(gg.MPNN(1 + len(patterns), 8, layers, 2, normalize=norm))
+    parts = [data.graphs[:12], data.graphs[12:24], data.graphs[24:36]]
+    rep = gg.ReplicateMPNN(models)
+    with torch.no_grad():
+        z = rep(gg.stack_colour_graphs([gg.colour_graphs(p, layers, patterns) for p in parts]))
+        for r, (m, p) in enumerate(zip(models, parts)):
+            torch.testing.assert_close(z[r], m(gg.make_batch(p, patterns=patterns)), atol=1e-5, rtol=1e-5)
+    for m, back in zip(models, rep.to_models()):
+        for a, b in zip(m.state_dict().values(), back.state_dict().values()):
+            torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+def test_replicate_gradients_are_each_networks_gradients(data):
+    from companion_lib.gnn_generalization.colour_mpnn import _losses
+
+    parts = [data.graphs[:20], data.graphs[20:]]
+    labels = [data.y[:20], data.y[20:]]
+    models = []
+    for seed in (3, 4):
+        torch.manual_seed(seed)
+        models.append(gg.MPNN(2, 8, 2, 2, normalize=seed == 4))
+    rep = gg.ReplicateMPNN(models)
+    batch = gg.stack_colour_graphs([gg.colour_graphs(p, 2, ("C4",), y) for p, y in zip(parts, labels)])
+    _losses(rep(batch), batch.y).sum().backward()
+    for r, (m, p, y) in enumerate(zip(models, parts, labels)):
+        b = gg.make_batch(p, y, ("C4",))
+        gg.margin_loss(m(b), b.y).backward()
+        ours, theirs = rep.weight[1].grad[r], torch.cat([m.root[1].weight.grad.T, m.rel[1].weight.grad.T], 1)
+        scale = float(theirs.abs().max())                 # float32 rounding, relative to the largest entry
+        torch.testing.assert_close(ours, theirs, atol=1e-4 * scale, rtol=0)
+        torch.testing.assert_close(rep.w2.grad[r], m.head[3].weight.grad.T, atol=1e-4 * scale, rtol=0)
+
+
+def test_train_replicates_trains_each_replicate(data):
+    train, test = data.split(0.5, np.random.default_rng(0))
+    tr, te = gg.colour_graphs(train.graphs, 2, y=train.y), gg.colour_graphs(test.graphs, 2, y=test.y)
+    res = gg.train_replicates([tr, tr], [te, te], layers=2, seeds=[0, 0], normalize=[False, True], epochs=1)
+    for r, norm in zip(res, (False, True)):      # one epoch: the same as training each network alone
+        ref = gg.train_mpnn(gg.make_batch(train.graphs, train.y), gg.make_batch(test.graphs, test.y), layers=2,
+                            epochs=1, normalize=norm, seed=0)
+        assert r.train_loss == pytest.approx(ref.train_loss, abs=1e-4)
+        np.testing.assert_allclose(r.phi_train, ref.phi_train, atol=1e-3)
+    long = gg.train_replicates([tr], [te], layers=2, seeds=[0], normalize=[False], epochs=80)[0]
+    assert long.train_loss < res[0].train_loss - 0.02
+    with pytest.raises(ValueError, match="one entry per replicate"):
+        gg.train_replicates([tr], [te, te], layers=2, seeds=[0], normalize=[False])
+    with pytest.raises(ValueError, match="layers"):
+        gg.train_replicates([tr], [te], layers=3, seeds=[0], normalize=[False])
+    with pytest.raises(ValueError, match="labels"):
+        gg.train_replicates([gg.colour_graphs(train.graphs, 2)], [te], layers=2, seeds=[0], normalize=[False])
+
+
+def test_stack_colour_graphs_rejects_mismatched_replicates(data):
+    a = gg.colour_graphs(data.graphs[:10], 2)
+    with pytest.raises(ValueError, match="same number of graphs"):
+        gg.stack_colour_graphs([a, gg.colour_graphs(data.graphs[:11], 2)])
+    with pytest.raises(ValueError, match="at least one"):
+        gg.stack_colour_graphs([])
+
+
+def test_run_experiments_rows_match_the_single_run_layout():
+    rows = gg.run_experiments([0, 1], [1, 2], n_graphs=40, epochs=3)
+    assert [(r["seed"], r["layers"], r["normalize"]) for r in rows] == [
+        (s, L, n) for s in (0, 1) for L in (1, 2) for n in (False, True)]
+    single = gg.run_experiment(1, 2, normalize=True, n_graphs=40, epochs=3)
+    assert set(rows[0]) == set(single)
+    row = rows[-1]
+    for key in ("n_colours", "n_distinct", "vc_bound"):              # the bounding encoder is the same
+        assert row[key] == single[key]
+    assert row["train_loss"] == pytest.approx(single["train_loss"], abs=1e-3)
+    with pytest.raises(ValueError, match="at least one"):
+        gg.run_experiments([], [1])
+
+
+def test_section6_quantities_and_the_ceiling():
+    rows = {r["encoder"]: r for r in gg.section6(0, n_graphs=60, half=10, n_repeats=2)}
+    assert set(rows) == set(gg.SECTION6_ENCODERS)
+    for r in rows.values():
+        assert r["intra"] <= r["intra_ceiling"] + 1e-9                # no shared colour is the worst case
+        assert r["ratio"] == pytest.approx(r["intra"] / r["inter"])
+    assert rows["C4-WL"]["colours"] > rows["K4-WL"]["colours"] > rows["1-WL"]["colours"]

@@ -18,6 +18,11 @@ Algorithm 1). This package computes each piece:
     Section 6.
 ``mpnn``
     a sum-aggregation MPNN with the official head, the margin loss, training and the loss gap.
+``colour_mpnn``
+    the same MPNN evaluated once per WL colour instead of once per vertex ($\phi = f\circ\lambda$ of
+    Lemma 4.2, computed), for many independently seeded networks at once.
+``experiment``
+    the runs of the reproduction page: Tables 2-3, Figure 1 and the Section 6 case study.
 """
 
 from .bound import (
@@ -41,11 +46,14 @@ from .graphs import (
     pattern_graph,
     rooted_hom_counts,
 )
-from .mpnn import MPNN, TrainResult, GraphBatch, make_batch, margin_loss, run_experiment, train_mpnn
+from .colour_mpnn import ColourGraphs, ReplicateMPNN, colour_graphs, stack_colour_graphs, train_replicates
+from .experiment import SECTION6_ENCODERS, run_experiment, run_experiments, section6
+from .mpnn import MPNN, TrainResult, GraphBatch, make_batch, margin_loss, train_mpnn
 from .wl import wl_colors, wl_histograms
 
 __all__ = [
-    "PATTERNS", "BoundTerms", "GraphBatch", "GraphDataset", "MPNN", "TrainResult",
+    "PATTERNS", "SECTION6_ENCODERS", "BoundTerms", "ColourGraphs", "ReplicateMPNN", "colour_graphs",
+    "stack_colour_graphs", "train_replicates", "run_experiments", "section6", "GraphBatch", "GraphDataset", "MPNN", "TrainResult",
     "brute_force_rooted_hom", "concentration_separation", "diameter", "k_variance", "kvariance_bound",
     "lipschitz_constant", "make_batch", "n_distinct", "vc_bound", "make_dataset", "margin_loss", "pattern_graph",
     "rooted_hom_counts", "run_experiment", "separation", "train_mpnn", "wasserstein1",

@@ -247,8 +247,8 @@ def concentration_separation(lam, y, half: int, rng: np.random.Generator, n_repe
 
 def n_distinct(lam) -> int:
     """The number of different embeddings among the rows of ``lam`` (graphs the encoder tells apart)."""
-    lam = check_embeddings(lam, "lam")
-    return int(len(np.unique(lam, axis=0)))
+    lam = np.ascontiguousarray(check_embeddings(lam, "lam")) + 0.0     # + 0.0: -0.0 and 0.0 alike
+    return len({row.tobytes() for row in lam})
 
 
 def vc_bound(lam, delta: float = 0.1) -> float:

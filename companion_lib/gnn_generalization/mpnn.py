@@ -25,11 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .bound import diameter, kvariance_bound, n_distinct, separation, vc_bound
-from .graphs import GraphDataset, check_graphs, make_dataset, rooted_hom_counts
-from .wl import wl_histograms
+from .graphs import check_graphs, rooted_hom_counts
 
-__all__ = ["GraphBatch", "make_batch", "MPNN", "margin_loss", "TrainResult", "train_mpnn", "run_experiment"]
+__all__ = ["GraphBatch", "make_batch", "MPNN", "margin_loss", "TrainResult", "train_mpnn"]
 
 
 @dataclass
@@ -79,12 +77,17 @@ class MPNN(nn.Module):
                                   nn.ReLU(), nn.Linear(hidden, n_classes))
         self.normalize = normalize
 
-    def forward(self, data: GraphBatch) -> torch.Tensor:
+    def vertex_states(self, data: GraphBatch, layers: int | None = None) -> torch.Tensor:
+        """The vertex states after ``layers`` message-passing layers (all of them by default)."""
         h = data.x
         src, dst = data.edge_index
-        for root, rel in zip(self.root, self.rel):
+        for root, rel in list(zip(self.root, self.rel))[:layers]:
             agg = torch.zeros_like(h).index_add_(0, dst, h[src])
             h = torch.relu(root(h) + rel(agg))
+        return h
+
+    def forward(self, data: GraphBatch) -> torch.Tensor:
+        h = self.vertex_states(data)
         pooled = torch.zeros(data.n_graphs, h.shape[1], dtype=h.dtype).index_add_(0, data.batch, h)
         z = self.head(pooled)
         return F.normalize(z, p=1, dim=1) if self.normalize else z
@@ -109,7 +112,7 @@ class TrainResult:
         return self.test_loss - self.train_loss
 
 
-def train_mpnn(train: GraphBatch, test: GraphBatch, *, layers: int, hidden: int = 32, epochs: int = 300,
+def train_mpnn(train: GraphBatch, test: GraphBatch, *, layers: int, hidden: int = 16, epochs: int = 300,
                lr: float = 1e-3, normalize: bool = False, seed: int = 0) -> TrainResult:
     """Full-batch Adam on the margin loss; returns losses, accuracies and phi on the training graphs."""
     if train.y is None or test.y is None:
@@ -132,29 +135,3 @@ def train_mpnn(train: GraphBatch, test: GraphBatch, *, layers: int, hidden: int 
                            train_acc=float((z_tr.argmax(1) == train.y).float().mean()),
                            test_acc=float((z_te.argmax(1) == test.y).float().mean()),
                            phi_train=z_tr.numpy().astype(float))
-
-
-def run_experiment(seed: int, layers: int, *, normalize: bool = False, patterns=(), n_graphs: int = 300,
-                   epochs: int = 300, hidden: int = 32, lr: float = 1e-3, gamma: float = 1.0,
-                   delta: float = 0.1) -> dict:
-    r"""One run of the Table 2/3 experiment: data from ``seed``, an MPNN of ``layers`` layers, the bound.
-
-    The bounding encoder is the WL (or F-WL with ``patterns``) histogram with as many iterations as
-    the network has layers, on the training graphs. Returns one row: gap, losses, accuracies, both
-    variants of the bound (the paper's formula and the official code's), $\mathrm{Lip}(f)$, the mean
-    intra-class $W_1$, and $B/S$ of Prop. 4.3.
-    """
-    data = make_dataset(n_graphs, seed)
-    train, test = data.split(0.5, np.random.default_rng([seed, 1]))
-    res = train_mpnn(make_batch(train.graphs, train.y, patterns), make_batch(test.graphs, test.y, patterns),
-                     layers=layers, hidden=hidden, epochs=epochs, lr=lr, normalize=normalize, seed=seed)
-    lam = wl_histograms(train.graphs, layers, patterns)
-    paper = kvariance_bound(lam, res.phi_train, train.y, gamma=gamma, delta=delta, rng=np.random.default_rng([seed, 2]))
-    code = kvariance_bound(lam, res.phi_train, train.y, gamma=gamma, delta=delta, rng=np.random.default_rng([seed, 2]),
-                           official_code=True)
-    return {"seed": seed, "layers": layers, "normalize": normalize, "patterns": "+".join(patterns) or "none",
-            "gap": res.gap, "train_loss": res.train_loss, "test_loss": res.test_loss,
-            "train_acc": res.train_acc, "test_acc": res.test_acc,
-            "bound": paper.bound, "bound_code": code.bound, "lip_f": paper.lip_f, "w1": paper.mean_w1,
-            "n_colours": lam.shape[1], "n_distinct": n_distinct(lam), "vc_bound": vc_bound(lam, delta),
-            "B_over_S": diameter(res.phi_train) / separation(lam)}
