@@ -1,8 +1,9 @@
 """The student edition and the course kit: solutions stripped, exercises released with nbgrader.
 
 * :func:`make_student_source` writes the sources of the website with solutions hidden;
-* :func:`make_assignments` builds an nbgrader course and releases every chapter's exercises
-  (:func:`release_notebook`: author checks and result discussions dropped, MyST as plain Markdown);
+* :func:`release_notebook` is what a student sees of an exercises notebook (author checks and result
+  discussions dropped, MyST as plain Markdown); the course itself is :mod:`bookkit.course`
+  (:func:`make_assignments` writes a throw-away one);
 * :func:`solution_snippets` lists the lines that a release must not contain.
 """
 
@@ -14,8 +15,9 @@ import sys
 from pathlib import Path
 
 from .colab import SETUP_MARKER, chapter_notebooks, ipynb_text
+from .myst import myst_to_markdown
 
-__all__ = ["SOLUTION_PLACEHOLDER", "strip_solutions", "solution_snippets", "student_notebook", "myst_to_markdown",
+__all__ = ["SOLUTION_PLACEHOLDER", "SOLUTION_TAG", "convert_cells", "strip_solutions", "solution_snippets", "student_notebook", "myst_to_markdown",
            "release_notebook", "make_assignments", "run_nbgrader", "make_student_source"]
 
 
@@ -23,6 +25,8 @@ _SOLUTION_DIRECTIVE = re.compile(r"^(`{3,}|:{3,})\{solution\}.*?^\1[ \t]*$\n?", 
 _CODE_SOLUTION = re.compile(r"^([ \t]*)### BEGIN SOLUTION[ \t]*\n.*?^[ \t]*### END SOLUTION[ \t]*$", re.S | re.M)
 _HIDDEN_TESTS = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS[ \t]*\n.*?^[ \t]*### END HIDDEN TESTS[ \t]*\n?", re.S | re.M)
 SOLUTION_PLACEHOLDER = "*The solution is not part of the student edition.*\n"
+#: the tag of a code cell that belongs to a worked answer (dropped from the student edition and the course)
+SOLUTION_TAG = "solution"
 
 
 def strip_solutions(text: str, keep_code: bool = False) -> str:
@@ -57,10 +61,6 @@ def solution_snippets(text: str, min_length: int = 20) -> set[str]:
 
 # what a student sees: no author checks, no discussion of results before solving, plain Markdown
 _EXERCISE_START = re.compile(r"^\s*(#{1,6}\s|\*\*Exercise\b|[`:]{3,}\{exercise\})")
-_DIRECTIVE_OPEN = re.compile(r"^(?P<fence>`{3,}|:{3,})\{(?P<name>[\w:.-]+)\}[ \t]*(?P<arg>.*)$")
-_ROLE = re.compile(r"\{(?P<name>[\w:.-]+)\}`(?P<body>[^`]*)`")
-_ADMONITIONS = {"note", "tip", "hint", "important", "warning", "attention", "caution", "danger", "error",
-                "seealso", "admonition"}
 
 
 def _is_graded_test(cell) -> bool:
@@ -73,6 +73,8 @@ def student_notebook(nb, release: bool = True):
 
     * Author check cells (tagged ``remove-cell``) are dropped; they hold the answers. The Colab setup
       cell stays (without the tag in a ``release``, so that Jupyter shows it; hidden on the website).
+    * Cells tagged ``solution`` (code that belongs to a worked answer, e.g. a check that prints the
+      closed form a conceptual exercise asks for) are dropped.
     * The discussion after an autograded test cell (which states the results) is dropped up to the
       next exercise (a heading, a bold "Exercise N" or an ``{exercise}`` box).
     """
@@ -82,6 +84,8 @@ def student_notebook(nb, release: bool = True):
     cells, after_test = [], False
     for cell in nb.cells:
         tags = list(cell.get("metadata", {}).get("tags", []))
+        if cell.cell_type == "code" and SOLUTION_TAG in tags:
+            continue
         if cell.cell_type == "code" and "remove-cell" in tags:
             if SETUP_MARKER not in cell.source:
                 continue
@@ -103,141 +107,55 @@ def student_notebook(nb, release: bool = True):
     return nb
 
 
-def _role_text(match: re.Match) -> str:
-    name, body = match.group("name"), match.group("body")
-    if name == "math":
-        return f"${body}$"
-    if name.startswith("cite"):
-        return f"({body})"
-    if name in ("eq", "numref", "ref", "doc", "prf:ref", "any", "term", "download"):
-        explicit = re.match(r"^(.*?)\s*<[^<>]+>$", body)
-        if explicit:
-            return explicit.group(1)
-        return {"eq": "the equation of the chapter's derive page", "doc": f"the *{body}* page",
-                "prf:ref": "the result of the chapter's derive page"}.get(name, f"*{body}*")
-    return body
+def convert_cells(nb, page):
+    """``nb``'s Markdown cells converted by ``page`` (a :class:`bookkit.myst.Page`), each Markdown cell that
+    shows glued numbers followed by the cell that fills them in; other cells as they are. Segments of kind
+    ``"answer"`` (course sources) become Markdown cells with ``metadata["answer"]`` set to the exercise."""
+    import nbformat
 
+    from .colab import glue_cell_source
 
-def _numbering() -> dict:
-    return {"current": 0, "section": None, "bold": None, "used": set()}
-
-
-_EXERCISE_NUMBER = re.compile(r"^\s*(?:#{1,6}\s+|\*\*)Exercise\s+(\d+)\b")
-
-
-def myst_to_markdown(text: str, state: dict | None = None) -> str:
-    """MyST Markdown as plain Markdown that Jupyter and Colab render: directives become bold labels and
-    block quotes, roles become their text, ``(label)=`` targets and directive options go.
-
-    ``{exercise}`` boxes are numbered as on the website: the number of the "Exercise N" heading or
-    bold paragraph right before them, else the next number; pass the same ``state`` dict for every
-    cell of a notebook.
-    """
-    state = _numbering() if state is None else state
-    out: list[str] = []
-    lines = text.split("\n")
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        m = _DIRECTIVE_OPEN.match(line.strip())
-        number = _EXERCISE_NUMBER.match(line)
-        heading = re.match(r"^\s*#{1,6}\s", line)
-        if number:
-            state["current"] = int(number.group(1))
-            state["section" if heading else "bold"] = state["current"]
-            if heading:
-                state["bold"] = None
-        elif heading:
-            state["section"] = state["bold"] = None
-        elif line.strip() and not m and (i == 0 or not lines[i - 1].strip()):
-            state["bold"] = None  # a new paragraph between a bold "Exercise N" and a box
-        if not m:
-            if re.match(r"^\(\s*[\w:.-]+\s*\)=\s*$", line.strip()):
-                i += 1
-                continue
-            line = re.sub(r"^(\s*\$\$)\s*\([\w:.-]+\)\s*$", r"\1", line)  # $$ (label)
-            out.append(_ROLE.sub(_role_text, line))
-            i += 1
-            continue
-        fence, name, arg = m.group("fence"), m.group("name"), m.group("arg").strip()
-        j = i + 1
-        depth = 1
-        while j < len(lines):
-            inner = lines[j].strip()
-            if _DIRECTIVE_OPEN.match(inner) and inner.startswith(fence[0]) and len(re.match(r"^[`:]+", inner).group(0)) == len(fence):
-                depth += 1
-            elif inner == fence:
-                depth -= 1
-                if depth == 0:
-                    break
-            j += 1
-        body = lines[i + 1:j]
-        while body and re.match(r"^\s*:[\w-]+:", body[0]):
-            body = body[1:]
-        body_text = myst_to_markdown("\n".join(body), state).strip("\n")
-        if name == "exercise":
-            n = next((k for k in (state["section"], state["bold"]) if k is not None and k not in state["used"]),
-                     state["current"] + 1)
-            state["used"].add(n)
-            state["current"], state["bold"] = max(state["current"], n), None
-            title = f" ({_ROLE.sub(_role_text, arg)})" if arg else ""
-            out.append(f"**Exercise {n}{title}.**\n\n{body_text}")
-        elif name in ("math",):
-            out.append(f"$$\n{body_text}\n$$")
-        elif name in ("code-block", "code", "sourcecode"):
-            out.append(f"```{arg}\n{body_text}\n```")
-        elif name in _ADMONITIONS or name.startswith("prf:"):
-            label = arg if name == "admonition" and arg else name.split(":")[-1].capitalize()
-            quoted = "\n".join(f"> {l}" if l else ">" for l in body_text.split("\n"))
-            out.append(f"> **{_ROLE.sub(_role_text, label)}.**\n>\n{quoted}")
-        elif name in ("solution", "glue", "glue:figure", "glue:any", "tableofcontents", "notebook-runtimes"):
-            pass
-        else:
-            out.append(body_text)
-        i = j + 1
-    return "\n".join(out)
-
-
-def release_notebook(nb):
-    """The student release of an exercises notebook: :func:`student_notebook`, in plain Markdown."""
-    nb = student_notebook(nb)
-    state = _numbering()
+    cells = []
     for cell in nb.cells:
-        if cell.cell_type == "markdown":
-            cell.source = myst_to_markdown(cell.source, state)
-        else:
-            state["bold"] = None
-    nb.cells = [c for c in nb.cells if c.cell_type != "markdown" or c.source.strip()]
+        if cell.cell_type != "markdown":
+            page.numbering["bold"] = None
+            cells.append(cell)
+            continue
+        for segment in page.convert_markdown(cell.source):
+            if segment.kind == "code":
+                cells.append(nbformat.v4.new_code_cell(segment.source, metadata=dict(segment.metadata)))
+                continue
+            new = nbformat.v4.new_markdown_cell(segment.source)
+            if segment.kind == "answer":
+                new.metadata["answer"] = segment.metadata.get("exercise")
+            cells.append(new)
+            glue = glue_cell_source(segment.source) if segment.kind == "markdown" else None
+            if glue is not None:
+                cells.append(nbformat.v4.new_code_cell(glue, metadata={"cellView": "form"}))
+    from .colab import _cell_id
+
+    nb.cells = [c for c in cells if c.cell_type != "markdown" or c.source.strip()]
+    seen: dict[str, int] = {}
+    for cell in nb.cells:
+        cell["id"] = _cell_id(cell, seen)
     return nb
 
 
+def release_notebook(nb, chapter=None, stem: str = "exercises"):
+    """The student release of an exercises notebook: :func:`student_notebook`, in plain Markdown
+    (:mod:`bookkit.myst`; ``chapter``, a :class:`bookkit.myst.Chapter`, resolves references and citations)."""
+    from .myst import Page
+
+    nb = student_notebook(nb)
+    return convert_cells(nb, Page(chapter, stem, target="release"))
+
+
 def make_assignments(root: Path, out: Path) -> list[Path]:
-    """Build an nbgrader course in ``out`` and release every chapter's exercises with nbgrader.
+    """A throw-away nbgrader course in ``out`` (emptied first; ``make assignments`` and the tests): the same
+    course as :func:`bookkit.course.make_course` writes for a teacher. Returns the released notebooks."""
+    from .course import make_course
 
-    ``out/source/<chapter>/exercises.ipynb`` is the instructor version (conceptual solutions removed,
-    code solutions kept for nbgrader to strip); ``out/release/<chapter>/exercises.ipynb`` is what
-    students get. Source ``.md`` files never enter the course folder (and ``*.md`` is ignored anyway).
-    Returns the released notebooks.
-    """
-    import jupytext
-
-    root, out = Path(root).resolve(), Path(out).resolve()
-    if out.exists():
-        shutil.rmtree(out)
-    chapters = [md for md in chapter_notebooks(root) if md.name == "exercises.md"]
-    for md in chapters:
-        nb = jupytext.reads(strip_solutions(md.read_text(encoding="utf-8"), keep_code=True), fmt="md:myst")
-        nb = release_notebook(nb)
-        nb.metadata.pop("jupytext", None)
-        target = out / "source" / md.parent.name / "exercises.ipynb"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(ipynb_text(nb), encoding="utf-8")
-    released = []
-    for md in chapters:
-        assignment = md.parent.name
-        run_nbgrader(out, "generate_assignment", assignment, "--force")
-        released.append(out / "release" / assignment / "exercises.ipynb")
-    return released
+    return make_course(root, out, scratch=True, log=lambda *_: None)
 
 
 def run_nbgrader(course: Path, *args: str) -> None:

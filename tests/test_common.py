@@ -267,6 +267,71 @@ def test_glue_text_formats_and_rejects_bad_values():
         glue("not a name", 1)
 
 
+
+def test_glue_in_a_kernel_without_myst_nb_records_and_fills_the_colab_text(monkeypatch):
+    """Colab and plain Jupyter have a kernel but no myst_nb: glue() must not fail, must record the text,
+    and the Colab copies' show_glued() cells display the prose with it (filled in later when the value
+    is computed further down)."""
+    import builtins
+    import types
+
+    import sys
+
+    import IPython
+
+    g = sys.modules["companion_lib.common.glue"]   # (companion_lib.common.glue is also the function)
+
+    shell = types.SimpleNamespace(kernel=object())
+    monkeypatch.setattr(IPython, "get_ipython", lambda: shell)
+    real_import = builtins.__import__
+
+    def no_myst_nb(name, *args, **kwargs):
+        if name.split(".")[0] == "myst_nb":
+            raise ImportError("No module named 'myst_nb'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_myst_nb)
+    monkeypatch.setattr(g, "_GLUED", {})
+    monkeypatch.setattr(g, "_PENDING", [])
+    shown = []
+
+    class Handle:
+        def update(self, obj):
+            shown.append(obj.data)
+
+    def display(obj, display_id=None):
+        shown.append(obj.data)
+        return Handle() if display_id else None
+
+    monkeypatch.setattr("IPython.display.display", display)
+    assert g._myst_glue() is None
+    assert g.glue("gain", 0.1234, "+.1%") is None
+    assert g.glued() == {"gain": "+12.3%"}
+    g.show_glued("The gain is ⟨gain⟩ over ⟨n⟩ seeds.")
+    assert shown[-1].startswith("The gain is +12.3% over **⟨n⟩** seeds.") and "further down" in shown[-1]
+    g.glue("n", 5)                                     # computed further down: the display is updated
+    assert shown[-1] == "The gain is +12.3% over 5 seeds." and g._PENDING == []
+    assert g.render_glued("no markers") == "no markers"
+    with pytest.raises(TypeError):
+        g.render_glued(3)
+
+
+def test_glue_in_the_books_kernel_hands_the_value_to_myst_nb(monkeypatch):
+    import sys
+    import types
+
+    import IPython
+
+    g = sys.modules["companion_lib.common.glue"]
+
+    calls = []
+    monkeypatch.setattr(IPython, "get_ipython", lambda: types.SimpleNamespace(kernel=object()))
+    monkeypatch.setitem(sys.modules, "myst_nb", types.SimpleNamespace(
+        glue=lambda name, value, display=True: calls.append((name, repr(value), display))))
+    monkeypatch.setattr(g, "_GLUED", {})
+    g.glue("acc", 0.5, ".2f")
+    assert calls == [("acc", "0.50", False)] and g.glued() == {"acc": "0.50"}
+
 # -- cache -----------------------------------------------------------------------------------------
 def test_disk_cache_computes_once(tmp_path, monkeypatch):
     monkeypatch.setenv("BOOK_CACHE_DIR", str(tmp_path))
