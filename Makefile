@@ -27,6 +27,9 @@ help:
 	@echo "make bench  every chapter's notebooks timed one at a time (CHAPTER=07: one chapter), against the budget"
 	@echo "make worlds-check  re-train every shipped tiny-VLM world and compare it with its checkpoint"
 	@echo "make worlds  re-train the shipped tiny-VLM worlds of chapters 16-17 (companion_lib/tinyvlm/checkpoints)"
+	@echo "make colab-check  run the Colab copies in a fresh environment (wheel + declared dependencies only; long)"
+	@echo "make course COURSE=path  write or refresh a teacher's nbgrader course in path (outside $(BUILD))"
+	@echo "make release  build the wheel and sdist into dist/ and check them with twine"
 	@echo "make clean  remove $(BUILD) (keeps .venv)"
 
 check-python:
@@ -149,6 +152,25 @@ worlds-check: $(STAMP)
 # tests/test_tinyvlm_checkpoint.py checks every recipe and re-trains one in make test). About a minute per world.
 worlds: $(STAMP)
 	$(PY) -m companion_lib.tinyvlm.checkpoint regenerate
+
+# The Colab copies as a Colab reader runs them: the wheel and its declared dependencies (every chapter extra)
+# in a fresh virtual environment under $(BUILD)/colab-env, without the book's toolchain (no jupyter-book,
+# myst-nb, papermill, nbval); every derive, implement and exercises copy, the reproduce copies listed in
+# bookkit/colabcheck.py at reduced parameters (FULL=1: every reproduce copy at book scale, hours). Not part of
+# `make test` (it takes an hour or more on two cores). Report: $(BUILD)/colab-check/report.md.
+colab-check: $(STAMP)
+	$(PY) -m bookkit colab-check --jobs $(JOBS) $(if $(FULL),--full) $(NOTEBOOKS)
+
+# A teacher's nbgrader course, in a folder no build target deletes: make course COURSE=~/teaching/iclr25
+course: $(STAMP)
+	@test -n "$(COURSE)" || { echo 'usage: make course COURSE=path/to/course (outside $(BUILD))'; exit 2; }
+	$(PY) -m bookkit course --out "$(COURSE)"
+
+# The companion library's distributions (wheel and sdist) in dist/, checked with twine.
+release: $(STAMP)
+	@rm -rf dist
+	$(PY) -m build --no-isolation --outdir dist . $(PIPFILTER)
+	$(PY) -m twine check --strict dist/*
 
 clean:
 	rm -rf $(BUILD) conf.py

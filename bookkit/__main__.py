@@ -6,6 +6,8 @@
 ``check-served``      fail if the book build executed a notebook itself
 ``sync-notebooks``    update the setup cells and the Colab ``.ipynb`` copies (``--check``: report only)
 ``assignments``       release every chapter's exercises with nbgrader
+``course``            write (or refresh) a teacher's nbgrader course outside the build folder
+``colab-check``       execute the Colab copies in a fresh environment (wheel + declared dependencies)
 ``student-source``    write the sources of the student edition of the website
 ``reseed``            re-run a chapter's reproduce notebook(s) under other seeds
 ``sitecheck``         check a built website as a reader would
@@ -48,14 +50,18 @@ def main(argv: list[str] | None = None) -> int:
     srv.add_argument("--cache", type=Path, required=True)
     ben = sub.add_parser("bench", help="print a run-time report against the budget")
     ben.add_argument("report", type=Path, nargs="?", default=Path("_build/runtime.json"))
+    crs = sub.add_parser("course", help="write a teacher's nbgrader course (outside _build)")
+    crs.add_argument("--root", type=Path, default=Path("."))
+    crs.add_argument("--out", type=Path, required=True)
+    sub.add_parser("colab-check", help="execute the Colab copies in a fresh environment", add_help=False)
     sub.add_parser("reseed", help="re-run a chapter's reproduce notebook(s) under other seeds", add_help=False)
     sub.add_parser("sitecheck", help="check a built website as a reader would", add_help=False)
     if argv is None:
         argv = sys.argv[1:]
-    if argv and argv[0] in ("reseed", "sitecheck"):   # these two parse their own arguments
-        from . import reseed, sitecheck
+    if argv and argv[0] in ("reseed", "sitecheck", "colab-check"):   # these parse their own arguments
+        from . import colabcheck, reseed, sitecheck
 
-        return {"reseed": reseed.main, "sitecheck": sitecheck.main}[argv[0]](argv[1:])
+        return {"reseed": reseed.main, "sitecheck": sitecheck.main, "colab-check": colabcheck.main}[argv[0]](argv[1:])
     args = parser.parse_args(argv)
     if args.command == "bench":
         import json
@@ -82,6 +88,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "assignments":
         for path in make_assignments(args.root, args.out):
             print(f"released: {path}")
+        return 0
+    if args.command == "course":
+        from .course import CourseError, make_course
+
+        try:
+            releases = make_course(args.root, args.out)
+        except CourseError as exc:
+            print(f"course: {exc}")
+            return 1
+        print(f"course: {len(releases)} assignments in {args.out.resolve()} (see its README.md)")
         return 0
     if args.command == "student-source":
         print(f"student edition sources: {make_student_source(args.root, args.out, args.cache)}")

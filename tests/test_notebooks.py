@@ -204,29 +204,57 @@ def test_wheel_contains_package_data(tmp_path):
     assert not missing, f"package data missing from the wheel: {missing}"
 
 
-#: the Colab copies `make test` runs in the fresh environment (a sample that keeps it to a few minutes;
-#: `make colab-check` runs all 76): a plain page, a page that needs its chapter's extra (dit), and a page whose
-#: prose quotes glued numbers. BOOK_COLAB_SAMPLE=derive-implement runs every chapter's derive and implement
-#: copies and the reproduce copies below instead.
-COLAB_SAMPLE = ["chapters/01-self-distillation/implement.ipynb", "chapters/09-infomorphic-neurons/derive.ipynb",
-                "chapters/06-waiting-predictions/derive.ipynb"]
-COLAB_REPRODUCE = ["chapters/06-waiting-predictions/reproduce.ipynb"]
+#: the Colab copy `make test` runs in the light environment (about 40 CPU seconds): a page whose prose quotes
+#: glued numbers, so that glue() without myst-nb and the show_glued cells are exercised.
+COLAB_SAMPLE = ["chapters/01-self-distillation/implement.ipynb"]
 
 
-def _colab_selection() -> list[str]:
-    if os.environ.get("BOOK_COLAB_SAMPLE") == "derive-implement":
-        return [md.with_suffix(".ipynb").relative_to(ROOT).as_posix() for md in NOTEBOOKS
-                if md.stem in ("derive", "implement")] + COLAB_REPRODUCE
-    return COLAB_SAMPLE
+def test_a_colab_copy_runs_from_the_wheel_without_the_books_toolchain(tmp_path):
+    """The cheap piece of `make colab-check` that `make test` runs: the wheel alone (no editable install), the
+    book's toolchain (myst-nb, papermill, jupyter-book, jupytext, bookkit, ...) failing at import, and a Colab
+    copy executed alone in an empty folder; its glued numbers reach the text."""
+    from bookkit.colabcheck import light_environment, run_notebook
+
+    python, kernels = light_environment(tmp_path / "env", ROOT)
+    probe = subprocess.run([str(python), "-c", "import companion_lib, sys; print(companion_lib.__file__)\n"
+                            "try:\n import myst_nb\nexcept ImportError: print('blocked')"],
+                           capture_output=True, text=True, cwd=tmp_path, check=True).stdout
+    assert str(tmp_path / "env") in probe and str(ROOT / "companion_lib") not in probe and "blocked" in probe
+    for name in COLAB_SAMPLE:
+        keep = tmp_path / "executed.ipynb"
+        record = run_notebook(python, kernels, ROOT / name, tmp_path / "work", timeout=600, keep=keep)
+        assert record["status"] == "ran", f"{name}: cell {record['cell']}: {record['error']}"
+        assert not record["unfilled"], f"{name}: glued numbers that never reached the text: {record['unfilled']}"
+        shown = [o["data"]["text/markdown"] for c in json.loads(keep.read_text(encoding="utf-8"))["cells"]
+                 if "show_glued(" in "".join(c.get("source", "")) for o in c.get("outputs", []) if "data" in o]
+        assert shown and not any("⟨" in text for text in shown), shown
+
+
+def test_the_light_environment_blocks_the_toolchain_and_reports_a_failing_copy(tmp_path):
+    """run_notebook can fail: a copy that imports myst_nb fails there, naming the cell and the error."""
+    import nbformat
+
+    from bookkit.colabcheck import light_environment, run_notebook
+
+    python, kernels = light_environment(tmp_path / "env", ROOT)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1"),
+                                         nbformat.v4.new_code_cell("from myst_nb import glue")])
+    bad = tmp_path / "bad.ipynb"
+    nbformat.write(nb, bad)
+    record = run_notebook(python, kernels, bad, tmp_path / "work", timeout=120)
+    assert record["status"] == "failed" and record["cell"] == 1 and "myst_nb" in record["error"], record
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("BOOK_COLAB_FRESH") != "1",
+                    reason="downloads and installs the declared dependencies (GBs): BOOK_COLAB_FRESH=1, or make colab-check")
 def test_colab_copies_run_from_the_wheel_in_a_fresh_environment():
     """Build the wheel, install it with its declared dependencies (every chapter extra) and nothing of the
     book's toolchain into a fresh virtual environment (reused under _build/colab-env while pyproject.toml's
     dependencies stay the same), and execute Colab copies there with nbclient, each alone in an empty
-    folder outside the repository."""
-    from bookkit.colabcheck import TOOLCHAIN, colab_environment, run_notebooks
+    folder outside the repository. BOOK_COLAB_SAMPLE=derive-implement: every derive and implement copy and
+    the reduced reproduce copies of bookkit.colabcheck.REDUCED."""
+    from bookkit.colabcheck import REDUCED, TOOLCHAIN, colab_environment, run_notebooks
 
     build = ROOT / "_build" / "colab-env"
     python, _ = colab_environment(ROOT, build, log=lambda *_: None)
@@ -236,9 +264,13 @@ def test_colab_copies_run_from_the_wheel_in_a_fresh_environment():
     where = subprocess.run([str(python), "-c", "import companion_lib; print(companion_lib.__file__)"],
                            capture_output=True, text=True, check=True, cwd=build).stdout
     assert "site-packages" in where and str(ROOT / "companion_lib") not in where
-    selection = _colab_selection()
+    if os.environ.get("BOOK_COLAB_SAMPLE") == "derive-implement":
+        selection = [md.with_suffix(".ipynb").relative_to(ROOT).as_posix() for md in NOTEBOOKS
+                     if md.stem in ("derive", "implement")] + sorted(REDUCED)
+    else:
+        selection = COLAB_SAMPLE + ["chapters/09-infomorphic-neurons/derive.ipynb"]   # the second needs its extra
     results = run_notebooks(ROOT, [ROOT / n for n in selection], build, jobs=int(os.environ.get("JOBS", "2")),
-                            log=lambda *_: None, keep_executed=False)
+                            overrides=REDUCED, log=lambda *_: None, keep_executed=False)
     failed = {n: f"cell {r['cell']}: {r['error']}" for n, r in results.items() if r["status"] != "ran"}
     assert not failed, failed
     unfilled = {n: r["unfilled"] for n, r in results.items() if r.get("unfilled")}
