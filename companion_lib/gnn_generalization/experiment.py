@@ -20,6 +20,17 @@ from .wl import wl_histograms
 
 __all__ = ["run_experiment", "run_experiments", "section6", "SECTION6_ENCODERS"]
 
+_DATASETS: dict = {}
+
+
+def _dataset(n_graphs: int, seed: int):
+    """:func:`~.graphs.make_dataset`, drawn once per process for each (size, seed): the page's runs, the
+    Section 6 case study and the pattern runs all use the same data sets (nothing here modifies them)."""
+    key = (int(n_graphs), int(seed))
+    if key not in _DATASETS:
+        _DATASETS[key] = make_dataset(n_graphs, seed)
+    return _DATASETS[key]
+
 
 def _row(seed: int, layers: int, normalize: bool, patterns, res: TrainResult, lam: np.ndarray, y: np.ndarray,
          gamma: float, delta: float) -> dict:
@@ -44,7 +55,7 @@ def run_experiment(seed: int, layers: int, *, normalize: bool = False, patterns=
     variants of the bound (the paper's formula and the official code's), $\mathrm{Lip}(f)$, the mean
     intra-class $W_1$, the VC bound, and $B/S$ of Prop. 4.3.
     """
-    data = make_dataset(n_graphs, seed)
+    data = _dataset(n_graphs, seed)
     train, test = data.split(0.5, np.random.default_rng([seed, 1]))
     res = train_mpnn(make_batch(train.graphs, train.y, patterns), make_batch(test.graphs, test.y, patterns),
                      layers=layers, hidden=hidden, epochs=epochs, lr=lr, normalize=normalize, seed=seed)
@@ -63,7 +74,7 @@ def run_experiments(seeds, layers, *, normalize=(False, True), patterns=(), n_gr
     patterns = tuple(patterns)
     colours = {}
     for seed in seeds:
-        data = make_dataset(n_graphs, seed)
+        data = _dataset(n_graphs, seed)
         train, test = data.split(0.5, np.random.default_rng([seed, 1]))
         colours[seed] = (colour_graphs(train.graphs, layers[-1], patterns, train.y),
                          colour_graphs(test.graphs, layers[-1], patterns, test.y))
@@ -94,7 +105,7 @@ def section6(seed: int, *, n_graphs: int = 300, half: int = 75, n_repeats: int =
     its ceiling measures no concentration at all, whatever the classes."""
     from .bound import _halves, wasserstein1_from_cost
 
-    data = make_dataset(n_graphs, seed)
+    data = _dataset(n_graphs, seed)
     n_vertices = sum(G.number_of_nodes() for G in data.graphs)
     out = []
     for name, patterns in SECTION6_ENCODERS.items():

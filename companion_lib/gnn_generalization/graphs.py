@@ -65,12 +65,14 @@ def rooted_hom_counts(G: nx.Graph, pattern: str) -> np.ndarray:
     r"""$\mathrm{Hom}(F^r, G^v)$ for every vertex $v$ of ``G`` (in ``G.nodes`` order), by closed form."""
     G = check_graphs([G], "G")[0]
     kind, k = _parse_pattern(pattern)
-    A = nx.to_numpy_array(G, nodelist=list(G.nodes), dtype=np.int64)
+    index = {v: i for i, v in enumerate(G.nodes)}
+    A = np.zeros((len(index), len(index)), dtype=np.int64)    # the adjacency matrix, built directly (networkx's
+    for u, v in G.edges:                                       # to_numpy_array costs more than the counts)
+        A[index[u], index[v]] = A[index[v], index[u]] = 1
     if kind == "C":
         return np.diag(np.linalg.matrix_power(A, k)).astype(np.int64)
     if kind == "P":
         return np.linalg.matrix_power(A, k).sum(axis=1).astype(np.int64)
-    index = {v: i for i, v in enumerate(G.nodes)}
     counts = np.zeros(G.number_of_nodes(), dtype=np.int64)
     for clique in nx.enumerate_all_cliques(G):
         if len(clique) > k:
