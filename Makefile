@@ -166,10 +166,12 @@ course: $(STAMP)
 	@test -n "$(COURSE)" || { echo 'usage: make course COURSE=path/to/course (outside $(BUILD))'; exit 2; }
 	$(PY) -m bookkit course --out "$(COURSE)"
 
-# The companion library's distributions (wheel and sdist) in dist/, checked with twine.
+# The companion library's distributions (wheel and sdist) in dist/, built by the environment's setuptools (no build
+# isolation: nothing downloaded) and checked with twine (metadata, README rendering).
 release: $(STAMP)
 	@rm -rf dist
-	$(PY) -m build --no-isolation --outdir dist . $(PIPFILTER)
+	$(PY) -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist . $(PIPFILTER)
+	$(PY) -c 'from setuptools import build_meta; print("sdist:", build_meta.build_sdist("dist"))'
 	$(PY) -m twine check --strict dist/*
 
 clean:
