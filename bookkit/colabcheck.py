@@ -111,12 +111,32 @@ def _pip(python: Path, *args: str, check: bool = True) -> subprocess.CompletedPr
     return result
 
 
+#: what the wheel is built from (pyproject.toml's readme, license-files and packages)
+WHEEL_SOURCES = ("pyproject.toml", "README.md", "LICENSE", "LICENSE-content", "companion_lib")
+
+
 def build_wheel(root: Path, out: Path) -> Path:
-    """The wheel of the working tree (``pip wheel --no-deps``), in ``out`` (emptied first)."""
+    """The wheel of the working tree (``pip wheel --no-deps``), in ``out`` (emptied first).
+
+    It is built from a copy of :data:`WHEEL_SOURCES` in a temporary folder: an in-tree build writes
+    ``build/`` and ``*.egg-info`` into the repository, and two builds at once (two test workers) collide there.
+    """
+    import shutil
+    import tempfile
+
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("*.whl"):
         old.unlink()
-    _pip(Path(sys.executable), "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(root))
+    with tempfile.TemporaryDirectory(prefix="wheel-src-") as tmp:
+        src = Path(tmp) / "src"
+        src.mkdir()
+        for name in WHEEL_SOURCES:
+            path = Path(root) / name
+            if path.is_dir():
+                shutil.copytree(path, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            else:
+                shutil.copy2(path, src / name)
+        _pip(Path(sys.executable), "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(src))
     return next(out.glob("*.whl"))
 
 

@@ -136,14 +136,9 @@ def answer_checks(nb) -> list[tuple[int, str]]:
 
 
 def _wheel(root: Path, out: Path) -> Path:
-    import subprocess
+    from .colabcheck import build_wheel
 
-    out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("*.whl"):
-        old.unlink()
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out),
-                    str(root)], check=True, capture_output=True)
-    return next(out.glob("*.whl"))
+    return build_wheel(root, out)
 
 
 def _config_text(course_id: str, timeout: int) -> str:

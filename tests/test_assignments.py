@@ -19,6 +19,7 @@ from bookkit.student import (make_assignments, make_student_source, myst_to_mark
 ROOT = Path(__file__).resolve().parents[1]
 EXERCISES = [md for md in chapter_notebooks(ROOT) if md.name == "exercises.md"]
 GRADED_CHAPTER = "01-self-distillation"  # the fastest exercises notebook
+_EXERCISE_BOX = re.compile(r"^(`{3,}|:{3,})\{exercise\}.*?\n(.*?)^\1[ \t]*$", re.S | re.M)
 
 
 @pytest.fixture(scope="module")
@@ -92,11 +93,16 @@ def test_release_contains_only_what_a_student_should_see(course):
                 assert not MYST_SYNTAX.search(source), f"{md.parent.name}: MyST syntax Jupyter cannot render: {source[:200]}"
         graded = [i for i, c in enumerate(data["cells"]) if c["cell_type"] == "code"
                   and c["metadata"].get("nbgrader", {}).get("grade") and not c["metadata"]["nbgrader"].get("solution")]
+        boxes = [m.group(2) for m in _EXERCISE_BOX.finditer(text)]
         for i in graded:  # no discussion of the results right after an autograded cell
             nxt = data["cells"][i + 1] if i + 1 < len(data["cells"]) else None
             if nxt is not None and nxt["cell_type"] == "markdown":
                 first = "".join(nxt["source"]).lstrip()
-                assert first.startswith(("#", "**Exercise")), f"{md.parent.name}: discussion after a graded cell: {first[:120]}"
+                # a heading, a bold "Exercise n", or the text of an {exercise} box of the page (an exercise
+                # that continues the section's code exercise, announced by the section's heading)
+                opening = first.split("\n", 1)[0].strip()
+                assert first.startswith(("#", "**Exercise")) or any(opening and opening in box for box in boxes), (
+                    f"{md.parent.name}: discussion after a graded cell: {first[:120]}")
 
 
 def test_student_notebook_drops_author_checks_and_discussion():

@@ -17,6 +17,7 @@ import pytest
 from bookkit.colab import (CHECKS_TITLE, SETUP_MARKER, chapter_extra, chapter_notebooks, colab_setup_source,
                            hidden_cell_plan, paired_notebook, sync_notebooks)
 from bookkit.myst import GLUE_MARKER, RAW_MYST, Chapter
+from bookkit.colabcheck import build_wheel
 from bookkit.pytest_notebooks import read_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -193,9 +194,7 @@ def test_every_notebook_page_links_to_colab_and_a_notebook_download():
 # -- a Colab reader: the wheel and its declared dependencies alone run the copies ------------------------
 @pytest.mark.slow
 def test_wheel_contains_package_data(tmp_path):
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(tmp_path), str(ROOT)], check=True, capture_output=True)
-    wheel = next(tmp_path.glob("*.whl"))
+    wheel = build_wheel(ROOT, tmp_path)
     names = set(zipfile.ZipFile(wheel).namelist())
     data = [p.relative_to(ROOT).as_posix() for p in (ROOT / "companion_lib").rglob("*")
             if p.is_file() and p.suffix not in {".py", ".pyc"} and "__pycache__" not in p.parts
