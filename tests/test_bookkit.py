@@ -146,7 +146,7 @@ def test_claims_are_read_from_the_html_the_table_displays():
     html = t._repr_html_()
     assert html.count("</script>") == 1                                 # the row's text cannot end the element
     data = claims_from_html("<p>before</p>" + html)
-    assert data == json.loads(json.dumps(t.to_dict())) and data["counts"]["held"] == 1
+    assert data == json.loads(json.dumps(t.to_dict())) and data["counts"]["reproduced as expected"] == 1
     assert rows_from_html(html)[0]["claim"] == "a </script> in a claim"
     assert claims_from_html("<table class='claims-table'></table>") is None and rows_from_html("") is None
     with pytest.raises(ValueError, match="claims"):
