@@ -115,6 +115,15 @@ def _pip(python: Path, *args: str, check: bool = True) -> subprocess.CompletedPr
 WHEEL_SOURCES = ("pyproject.toml", "README.md", "LICENSE", "LICENSE-content", "companion_lib")
 
 
+def _kernel_spec(kernels: Path, python: Path, display_name: str) -> None:
+    """A Jupyter kernel named ``colab-check`` under ``kernels`` that runs ``python``."""
+    spec = kernels / "kernels" / "colab-check"
+    spec.mkdir(parents=True, exist_ok=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": display_name, "language": "python"}))
+
+
 def build_wheel(root: Path, out: Path) -> Path:
     """The wheel of the working tree (``pip wheel --no-deps``), in ``out`` (emptied first).
 
@@ -176,11 +185,7 @@ def colab_environment(root: Path, build: Path, extras: str = "all", log=print) -
     if leaked:
         raise RuntimeError(f"the Colab environment holds the book's toolchain: {leaked}")
     kernels = build / "jupyter"
-    spec = kernels / "kernels" / "colab-check"
-    spec.mkdir(parents=True, exist_ok=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Colab check (fresh environment)", "language": "python"}))
+    _kernel_spec(kernels, python, "Colab check (fresh environment)")
     return python, kernels
 
 
@@ -229,11 +234,7 @@ def light_environment(build: Path, root: Path | None = None) -> tuple[Path, Path
     (site / "_book_toolchain_blocker.py").write_text(_BLOCKER % (BLOCKED_MODULES,), encoding="utf-8")
     (site / "00_book_toolchain_blocker.pth").write_text("import _book_toolchain_blocker\n", encoding="utf-8")
     kernels = build / "light-jupyter"
-    spec = kernels / "kernels" / "colab-check"
-    spec.mkdir(parents=True, exist_ok=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Colab check (light environment)", "language": "python"}))
+    _kernel_spec(kernels, python, "Colab check (light environment)")
     return python, kernels
 
 
