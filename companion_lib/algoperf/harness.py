@@ -43,7 +43,8 @@ from .submissions import Submission
 
 __all__ = [
     "WORKLOADS", "TrialResult", "Workload", "budget_steps", "make_workload", "median_times",
-    "STUDY_STRIDE", "run_competition", "run_mini_competition", "study_ids",
+    "STUDY_STRIDE", "per_study_scores", "run_competition", "run_mini_competition", "study_ids",
+    "targets_reached",
     "run_study", "run_trial", "set_target",
 ]
 
@@ -293,6 +294,33 @@ def median_times(results: pd.DataFrame, unit: str = "steps") -> pd.DataFrame:
     table = results.groupby(["submission", "workload"])[unit].apply(
         lambda v: study_time_to_target(v.to_numpy()))
     return table.unstack("workload")
+
+
+def per_study_scores(results: pd.DataFrame, unit: str = "steps", tau_max: float = 4.0,
+                     num_points: int = 100) -> pd.DataFrame:
+    """Each study scored alone: :math:`B_s` of that study's best-trial times (submissions x studies).
+
+    The competition's score uses the median time over studies (:func:`median_times`), one number per
+    competition; scoring each study alone gives one score per study, the replicate on which a mean and
+    its interval can be computed.
+    """
+    from .scoring import benchmark_score
+
+    if unit not in ("steps", "seconds"):
+        raise ValueError(f"unit must be 'steps' or 'seconds', got {unit!r}")
+    studies = sorted(results["study"].unique())
+    if not studies:
+        raise ValueError("results has no study")
+    return pd.DataFrame({s: benchmark_score(median_times(results[results["study"] == s], unit),
+                                            tau_max=tau_max, num_points=num_points) for s in studies})
+
+
+def targets_reached(results: pd.DataFrame) -> pd.DataFrame:
+    """How many workloads' targets each submission reached in each study (submissions x studies)."""
+    if results.empty:
+        raise ValueError("results has no row")
+    reached = results.assign(reached=np.isfinite(results["steps"].to_numpy(float)))
+    return reached.groupby(["submission", "study"])["reached"].sum().unstack("study").astype(int)
 
 
 #: Offset between the studies that one seed spawns (``seed``, ``seed + STUDY_STRIDE``, ...).
