@@ -67,6 +67,65 @@ def test_dpo_loss_agrees_with_trl_dpo_trainer(tmp_path):
     assert abs(float(trl_loss) - float(ours)) < 1e-5
 
 
+def _trl_trainer(tmp_path, beta, **config):
+    """TRL's DPOTrainer on a tiny random GPT-2 and four pairs whose completions all have the same length."""
+    from datasets import Dataset
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    from trl import DPOConfig, DPOTrainer
+
+    from companion_lib.tinylm import gpt2_config, tiny_causal_lm
+
+    words = ["[PAD]", "[EOS]", "a", "b", "c", "d", "e", "f"]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[PAD]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", eos_token="[EOS]")
+    data = Dataset.from_dict({"prompt": ["a b", "c d", "e f", "b a"],
+                              "chosen": [" c d", " e f", " a b", " f f"],
+                              "rejected": [" d c", " f e", " b b", " e e"]})
+    cfg = gpt2_config(len(words), n_positions=16, n_embd=16)
+    policy, ref = tiny_causal_lm(cfg, seed=0), tiny_causal_lm(cfg, seed=1)
+    args = DPOConfig(output_dir=str(tmp_path), beta=beta, per_device_train_batch_size=4,
+                     report_to="none", use_cpu=True, save_strategy="no", **config)
+    trainer = DPOTrainer(model=policy, ref_model=ref, args=args, train_dataset=data, processing_class=hf_tok)
+    return trainer, policy, ref
+
+
+def test_sft_term_matches_trl_sft_loss_per_token(tmp_path):
+    """The SFT term is TRL's: DPOTrainer with loss_type ["sigmoid", "sft"] and weights [1, lambda] equals
+    dpo_loss(..., sft_lambda=lambda, chosen_tokens=|y+|), and differs from the sequence-sum form."""
+    from companion_lib.tinylm import response_logprobs
+
+    beta, lam = 0.3, 0.7
+    trainer, policy, ref = _trl_trainer(tmp_path, beta, loss_type=["sigmoid", "sft"], loss_weights=[1.0, lam])
+    batch = next(iter(trainer.get_train_dataloader()))
+    trl_loss = float(trainer.compute_loss(trainer.model, batch))
+    ids = batch["input_ids"]
+    assert bool((batch["completion_mask"][:, 2:] == 1).all())       # every completion has the same length
+    n_tokens = ids.shape[1] - 2
+    assert n_tokens > 1
+    with torch.no_grad():
+        (lc, lr), (rc, rr) = response_logprobs(policy, ids[:, :2], ids[:, 2:]).chunk(2), \
+            response_logprobs(ref, ids[:, :2], ids[:, 2:]).chunk(2)
+    ours = float(dpo_loss(lc, lr, rc, rr, beta, sft_lambda=lam, chosen_tokens=n_tokens).loss)
+    assert abs(trl_loss - ours) < 1e-5
+    summed = float(dpo_loss(lc, lr, rc, rr, beta, sft_lambda=lam).loss)   # the sequence-sum form is not TRL's
+    assert abs(trl_loss - summed) > 1e-2
+
+
+def test_sft_term_is_pooled_per_token_mean():
+    lc, lr, rc, rr = random_logps(n=5, seed=3)
+    lengths = torch.tensor([1, 2, 3, 4, 5])
+    out = dpo_loss(lc, lr, rc, rr, 0.1, sft_lambda=0.5, chosen_tokens=lengths)
+    dpo = dpo_loss(lc, lr, rc, rr, 0.1).loss
+    assert torch.allclose(out.loss, dpo + 0.5 * (-lc.sum() / lengths.sum()))       # NLL per token, pooled
+    same = dpo_loss(lc, lr, rc, rr, 0.1, sft_lambda=0.3, chosen_tokens=3)
+    assert torch.allclose(same.loss, dpo_loss(lc, lr, rc, rr, 0.1, sft_lambda=0.1).loss)  # 0.3 per token of 3
+    for bad in (0, 1.5, True, torch.tensor([1, 2]), torch.zeros(5)):
+        with pytest.raises(ValueError, match="chosen_tokens"):
+            dpo_loss(lc, lr, rc, rr, 0.1, sft_lambda=0.5, chosen_tokens=bad)
+
+
 def test_flex_dpo_and_sft_term():
     lc, lr, rc, rr = random_logps(seed=1)
     same = dpo_loss(lc, lr, rc, rr, 0.1, 0.1)
@@ -236,6 +295,10 @@ def test_dpo_rm_and_exact_rlhf_loops(lm_setup):
     assert all(len(v) == 4 for v in h.values())
     assert h["kl"][0] == pytest.approx(0.0, abs=1e-6) and h["kl"][-1] > 0
     assert h["logp_rejected"][-1] < h["logp_rejected"][0]
+    ends = train_dpo_lm(ref, world, pairs, epochs=3, batch_size=8, lr=1e-2, eval_pairs=ev, curves=False)
+    assert all(len(v) == 2 for v in ends.values())                          # start and end only ...
+    for key, v in ends.items():                                             # ... of the same training
+        np.testing.assert_array_equal(v, h[key][[0, -1]])
     rm, acc = train_reward_model(ref, world, pairs, ev, epochs=3, batch_size=8, lr=1e-2)
     assert acc.shape == (4,) and acc[0] == 0.5 and 0 <= acc[-1] <= 1     # ties count half at the start
     policy, hist = exact_kl_policy_optimization(ref, world, world.reward_table(), beta=0.1, steps=20, lr=1e-2)

@@ -90,9 +90,11 @@ def peaked_distribution(world: PreferenceWorld, seed: int, scale: float = 2.0,
 
 
 def make_policy(world: PreferenceWorld, seed: int, n_embd: int = 32, n_layer: int = 2, n_head: int = 2) -> nn.Module:
-    """A tiny ``GPT2LMHeadModel`` for the world's vocabulary."""
+    """A tiny ``GPT2LMHeadModel`` for the world's vocabulary (no key-value cache: every forward is a full one)."""
     cfg = gpt2_config(world.vocab_size, n_positions=1 + world.length, n_embd=n_embd, n_layer=n_layer, n_head=n_head)
-    return tiny_causal_lm(cfg, seed=seed)
+    model = tiny_causal_lm(cfg, seed=seed)
+    model.config.use_cache = False    # nothing here reuses a key-value cache: the same numbers, a faster forward
+    return model
 
 
 def exact_logprobs(model: nn.Module, world: PreferenceWorld) -> torch.Tensor:
@@ -164,13 +166,16 @@ def _pair_logps(model, world, pairs, idx):
 def train_dpo_lm(reference: nn.Module, world: PreferenceWorld, pairs: dict[str, torch.Tensor],
                  beta: float = 0.1, beta_rejected: float | None = None, sft_lambda: float = 0.0,
                  epochs: int = 20, batch_size: int = 32, lr: float = 1e-3, seed: int = 0,
-                 eval_pairs: dict[str, torch.Tensor] | None = None) -> dict[str, np.ndarray]:
+                 eval_pairs: dict[str, torch.Tensor] | None = None, curves: bool = True) -> dict[str, np.ndarray]:
     """DPO / Flex-DPO / SFT-augmented DPO from ``reference``, with exact metrics after every epoch.
 
     Returns per-epoch arrays (index 0 = before training): ``logp_chosen``, ``logp_rejected`` (means over
     the training pairs), ``reward`` (expected true reward), ``invalid_mass``, ``kl``, ``unseen_mass`` (mass on responses that
     appear in no training pair of their prompt) and, with
     ``eval_pairs``, ``accuracy`` (share of held-out pairs with implicit-reward margin h > 0).
+    With ``curves=False`` the metrics are recorded before and after training only (arrays of length 2;
+    the training itself is the same). ``sft_lambda`` weighs the NLL per chosen token (TRL's convention,
+    :func:`~companion_lib.dpo_3d.losses.dpo_loss`).
     """
     policy = copy.deepcopy(reference)
     with torch.no_grad():
@@ -200,14 +205,16 @@ def train_dpo_lm(reference: nn.Module, world: PreferenceWorld, pairs: dict[str, 
 
     def loss_fn(model, idx):
         lp_c, lp_r = _pair_logps(model, world, pairs, idx)
-        return dpo_loss(lp_c, lp_r, ref_c[idx], ref_r[idx], beta, beta_rejected, sft_lambda).loss
+        return dpo_loss(lp_c, lp_r, ref_c[idx], ref_r[idx], beta, beta_rejected, sft_lambda,
+                        chosen_tokens=world.length).loss
 
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(policy.parameters(), lr=lr, foreach=True)
     record()
-    for _ in range(epochs):
+    for epoch in range(epochs):
         train_loop(policy, loss_fn, minibatches(len(rows["p"]), batch_size, generator=g), optimizer=opt)
-        record()
+        if curves or epoch == epochs - 1:
+            record()
     return {k: np.asarray(v) for k, v in hist.items()}
 
 
@@ -279,8 +286,8 @@ def exact_kl_policy_optimization(reference: nn.Module, world: PreferenceWorld, r
 
 
 def lm_experiment(seed: int, n_pairs: int = 32, epochs: int = 20, batch_size: int = 32, lr: float = 1e-3,
-                  beta: float = 0.1, beta_sweep: tuple[float, ...] = (0.08, 0.04),
-                  sft_lambda: float = 0.1, ref_steps: int = 200, rlhf_steps: int = 100,
+                  beta: float = 0.1, beta_sweep: tuple[float, ...] = (0.09, 0.08, 0.06, 0.04),
+                  sft_lambda: float = 0.3, ref_steps: int = 200, rlhf_steps: int = 100,
                   rlhf_lr: float = 3e-3) -> dict[str, dict[str, np.ndarray]]:
     """Every tiny-LM run of the chapter for one seed (the reproduction's Table 1, Figs. 2, 4, 5, Table 2).
 
@@ -288,7 +295,10 @@ def lm_experiment(seed: int, n_pairs: int = 32, epochs: int = 20, batch_size: in
     peaked distribution), on-/off-policy pairs, and: DPO in the four scenarios (keys ``S1``..``S4``),
     Flex-DPO with each :math:`\\beta^-` of ``beta_sweep`` on the scenario-1 pairs (``flex<beta>``),
     SFT-augmented DPO (``sft``), a reward model (``rm``: held-out accuracy per epoch) and exact RLHF
-    against it (``rlhf``). Held-out pairs come from the same sources as the training pairs.
+    against it (``rlhf``). Held-out pairs come from the same sources as the training pairs. Only ``S1`` keeps
+    per-epoch curves (and held-out accuracy); the other runs record their start and end (``curves=False``).
+    ``sft_lambda`` is per chosen token (TRL's convention): 0.3 on three-token responses is the research
+    plan's 0.1 on the sequence log-likelihood.
     """
     world = make_world(seed=seed)
     base = peaked_distribution(world, seed=1000 + seed)
@@ -304,12 +314,14 @@ def lm_experiment(seed: int, n_pairs: int = 32, epochs: int = 20, batch_size: in
     for sc, (c_src, r_src) in scenarios.items():
         pairs = preference_pairs(world, sources[c_src], sources[r_src], n_pairs, seed=seed)
         held_out = preference_pairs(world, sources[c_src], sources[r_src], n_pairs, seed=seed + 10_000)
-        out[f"S{sc}"] = train_dpo_lm(reference, world, pairs, beta=beta, eval_pairs=held_out, **kw)
+        out[f"S{sc}"] = train_dpo_lm(reference, world, pairs, beta=beta, eval_pairs=held_out if sc == 1 else None,
+                                     curves=sc == 1, **kw)
         if sc == 1:
             pairs_s1, eval_s1 = pairs, held_out
     for b_r in beta_sweep:
-        out[f"flex{b_r:g}"] = train_dpo_lm(reference, world, pairs_s1, beta=beta, beta_rejected=b_r, **kw)
-    out["sft"] = train_dpo_lm(reference, world, pairs_s1, beta=beta, sft_lambda=sft_lambda, **kw)
+        out[f"flex{b_r:g}"] = train_dpo_lm(reference, world, pairs_s1, beta=beta, beta_rejected=b_r, curves=False,
+                                           **kw)
+    out["sft"] = train_dpo_lm(reference, world, pairs_s1, beta=beta, sft_lambda=sft_lambda, curves=False, **kw)
     rm, acc = train_reward_model(reference, world, pairs_s1, eval_s1, epochs=epochs, batch_size=batch_size,
                                  lr=lr, seed=seed)
     out["rm"] = {"accuracy": acc}

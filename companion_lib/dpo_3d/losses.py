@@ -4,7 +4,11 @@ Notation of Yan et al. (ICLR 2025), Section 3: :math:`\\pi^\\pm=\\pi_\\theta(y^\
 :math:`\\pi^\\pm_{\\mathrm{ref}}`, margin
 
 .. math:: h = \\beta^+\\log\\frac{\\pi^+}{\\pi^+_{\\mathrm{ref}}} - \\beta^-\\log\\frac{\\pi^-}{\\pi^-_{\\mathrm{ref}}},
-   \\qquad \\ell = -\\log\\sigma(h) \\; [+\\,\\lambda(-\\log\\pi^+)].
+   \\qquad \\ell = -\\log\\sigma(h) \\; [+\\,\\lambda(-\\log\\pi^+)/|y^+|].
+
+The optional SFT term is the negative log-likelihood of the chosen response *per token* (:math:`|y^+|` tokens),
+pooled over the batch: the convention of TRL's ``DPOTrainer`` (``loss_type=["sigmoid", "sft"]``, weight
+:math:`\\lambda`, formerly ``rpo_alpha``), so that :math:`\\lambda` means the same thing here and there.
 
 With :math:`s=\\sigma(-h)` the probability-space gradients are
 :math:`\\partial\\ell/\\partial\\pi^+=-\\beta^+ s/\\pi^+` and :math:`\\partial\\ell/\\partial\\pi^-=\\beta^- s/\\pi^-`
@@ -65,9 +69,20 @@ def _check_beta(value, name: str, strict: bool = True):
     return float(value)
 
 
+def _check_tokens(value, shape) -> float:
+    """The mean number of chosen tokens per pair (an int >= 1, or a (B,) tensor of them)."""
+    if isinstance(value, torch.Tensor):
+        if value.shape != shape or bool((value < 1).any()):
+            raise ValueError(f"chosen_tokens must be an int >= 1 or a tensor of shape {tuple(shape)} of them")
+        return float(value.float().mean())
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"chosen_tokens must be an int >= 1 or a tensor of them, got {value!r}")
+    return value
+
+
 def dpo_loss(logp_chosen: torch.Tensor, logp_rejected: torch.Tensor, ref_chosen: torch.Tensor,
              ref_rejected: torch.Tensor, beta_chosen: float = 0.1, beta_rejected: float | None = None,
-             sft_lambda: float = 0.0) -> DPOOutput:
+             sft_lambda: float = 0.0, chosen_tokens=1) -> DPOOutput:
     """DPO (Rafailov et al., 2023), Flex-DPO and SFT-augmented DPO (Yan et al., Sections 3.3 and 4.3).
 
     Parameters
@@ -80,8 +95,12 @@ def dpo_loss(logp_chosen: torch.Tensor, logp_rejected: torch.Tensor, ref_chosen:
         :math:`\\beta^+` and :math:`\\beta^-`; ``beta_rejected=None`` means :math:`\\beta^-=\\beta^+` (vanilla DPO).
         Floats, or tensors broadcast against the pairs (to train several variants in one batch).
     sft_lambda:
-        Weight :math:`\\lambda\\ge0` of the NLL-on-chosen term :math:`-\\lambda\\log\\pi^+` (RPO / SFT-augmented DPO),
-        a float or a tensor like the betas.
+        Weight :math:`\\lambda\\ge0` of the NLL-on-chosen term (RPO / SFT-augmented DPO), a float or a tensor
+        like the betas. The term is :math:`-\\lambda\\sum_i\\log\\pi^+_i/\\sum_i|y^+_i|`, the mean NLL per chosen
+        token pooled over the batch, as TRL's ``"sft"`` loss computes it.
+    chosen_tokens:
+        Number of tokens :math:`|y^+|` of each chosen response: an int (all the same; 1 when a response is a
+        single output, as in the toy model) or a tensor of shape (B,).
 
     Returns
     -------
@@ -93,12 +112,13 @@ def dpo_loss(logp_chosen: torch.Tensor, logp_rejected: torch.Tensor, ref_chosen:
     b_c = _check_beta(beta_chosen, "beta_chosen")
     b_r = b_c if beta_rejected is None else _check_beta(beta_rejected, "beta_rejected")
     lam = _check_beta(sft_lambda, "sft_lambda", strict=False)
+    n_tok = _check_tokens(chosen_tokens, logp_chosen.shape)
     chosen_reward = b_c * (logp_chosen - ref_chosen)
     rejected_reward = b_r * (logp_rejected - ref_rejected)
     margin = chosen_reward - rejected_reward
     losses = -F.logsigmoid(margin)
     if isinstance(lam, torch.Tensor) or lam:
-        losses = losses - lam * logp_chosen
+        losses = losses - lam * logp_chosen / n_tok       # mean over pairs = pooled per-token NLL
     with torch.no_grad():
         log_s = F.logsigmoid(-margin)                       # log sigma(-h), exact in log space
         log_grad_chosen = torch.log(torch.as_tensor(b_c)) + log_s - logp_chosen
