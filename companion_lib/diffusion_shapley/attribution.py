@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.stats import spearmanr
+from scipy.stats import rankdata
 
 __all__ = [
     "all_subsets", "banzhaf", "exact_shapley", "kernel_shap", "lds", "leave_one_out", "sample_shapley_subsets",
@@ -170,4 +170,8 @@ def lds(attributions: np.ndarray, test_masks: np.ndarray, test_values: np.ndarra
     pred = masks @ tau
     if np.ptp(pred) == 0 or np.ptp(y) == 0:
         return 0.0
-    return float(100 * spearmanr(pred, y).statistic)
+    # Spearman's rho is Pearson's r of the (average) ranks; computed directly, it is much faster than
+    # scipy.stats.spearmanr on these short vectors (a unit test checks that the two agree)
+    rp, ry = rankdata(pred), rankdata(y)
+    rp, ry = rp - rp.mean(), ry - ry.mean()
+    return float(100 * (rp @ ry) / np.sqrt((rp @ rp) * (ry @ ry)))

@@ -76,9 +76,17 @@ def n_params(params: dict[str, torch.Tensor]) -> int:
     return int(sum(p[0].numel() for p in params.values()))
 
 
-def _forward(params: dict[str, torch.Tensor], x: torch.Tensor, t: torch.Tensor, T: int) -> torch.Tensor:
-    """:math:`\\epsilon_\\theta(x_t, t)` for every model: ``x`` is ``(models, batch, 2)``."""
-    h = torch.cat([x, _time_embedding(t, T)], dim=-1)
+def _time_table(T: int) -> torch.Tensor:
+    """The time embedding of every step ``0..T-1``, ``(T, TIME_FEATURES)``: looked up instead of recomputed."""
+    return _time_embedding(torch.arange(int(T)), T)
+
+
+def _forward(params: dict[str, torch.Tensor], x: torch.Tensor, t: torch.Tensor, T: int,
+             table: torch.Tensor | None = None) -> torch.Tensor:
+    """:math:`\\epsilon_\\theta(x_t, t)` for every model: ``x`` is ``(models, batch, 2)``; ``table`` (optional) is
+    :func:`_time_table` of ``T``, so the embedding is looked up rather than recomputed."""
+    emb = _time_embedding(t, T) if table is None else table[t]
+    h = torch.cat([x, emb], dim=-1)
     h = torch.nn.functional.silu(torch.baddbmm(params["b1"], h, params["W1"]))
     h = torch.nn.functional.silu(torch.baddbmm(params["b2"], h, params["W2"]))
     return torch.baddbmm(params["b3"], h, params["W3"])
@@ -117,6 +125,7 @@ def train_denoisers(params: dict[str, torch.Tensor], X, owner, masks, schedule: 
     opt = torch.optim.Adam(list(theta.values()), lr=lr, fused=True)
     g = torch.Generator().manual_seed(int(seed) + 1)
     ab = schedule.alpha_bars
+    table = _time_table(schedule.T)
     for _ in range(int(steps)):
         slot = (torch.rand(K, batch, generator=g) * counts).long()            # uniform over D_S, with replacement
         idx = torch.gather(pool, 1, slot)                                     # (K, B) data indices
@@ -125,7 +134,7 @@ def train_denoisers(params: dict[str, torch.Tensor], X, owner, masks, schedule: 
         eps = torch.randn(K, batch, 2, generator=g)
         a = ab[t][..., None]
         xt = a.sqrt() * x0 + (1 - a).sqrt() * eps
-        loss = ((_forward(theta, xt, t, schedule.T) - eps) ** 2).mean(dim=(1, 2)).sum()
+        loss = ((_forward(theta, xt, t, schedule.T, table) - eps) ** 2).mean(dim=(1, 2)).sum()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -143,9 +152,16 @@ def sample_denoisers(params: dict[str, torch.Tensor], n_samples: int, schedule: 
         raise ValueError(f"n_samples must be >= 1, got {n_samples}")
     g = torch.Generator().manual_seed(int(seed) + 2)
     x = torch.randn(K, n_samples, 2, generator=g)
+    # every point of a step shares t: its time embedding enters the first layer as one bias per model,
+    # (b1 + e(t) W1[2:]), and only the 2-D point goes through W1[:2] (the same network as _forward)
+    table = _time_table(schedule.T)
+    W1x, W1t = params["W1"][:, :2], params["W1"][:, 2:]
+    silu = torch.nn.functional.silu
     for t in range(schedule.T - 1, -1, -1):
-        tt = torch.full((K, n_samples), t)
-        eps = _forward(params, x, tt, schedule.T)
+        bias1 = torch.baddbmm(params["b1"], table[t].expand(K, 1, -1), W1t)                   # (K, 1, hidden)
+        h = silu(torch.baddbmm(bias1, x, W1x), inplace=True)
+        h = silu(torch.baddbmm(params["b2"], h, params["W2"]), inplace=True)
+        eps = torch.baddbmm(params["b3"], h, params["W3"])
         b, a, ab = schedule.betas[t], schedule.alphas[t], schedule.alpha_bars[t]
         x = (x - b / (1 - ab).sqrt() * eps) / a.sqrt()
         if t > 0:
