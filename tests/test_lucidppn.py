@@ -209,3 +209,64 @@ def test_training_reduces_the_loss_and_analyses_run(birds):
         lp.colour_prototypes(model, part=2)
     cnn = lp.fit_blackbox(birds, epochs=2, seed=0)
     assert lp.blackbox_predict(cnn, birds.images).shape == (24,)
+
+
+# -- custom palettes, the hue swap at kept luminance, the pointwise layers ---------------------------
+def test_swap_with_a_custom_palette_stays_in_that_palette():
+    leaky = lp.hue_palette({"red": 0.30, "green": 0.45, "blue": 0.60})
+    birds = lp.make_birds(3, np.random.default_rng(2), palette=leaky)
+    swapped = lp.swap_head_colours(birds)
+    target = lp.swapped_labels(birds)
+    # a swapped bird is pixel for pixel the bird of the new class painted from the same (leaky) palette
+    heads = birds.masks[:, 0] > 0
+    for i in range(len(birds)):
+        new_colour = np.array(leaky[birds.colours[target[i] // 2]])
+        np.testing.assert_allclose(swapped.images[i].transpose(1, 2, 0)[heads[i]], np.broadcast_to(new_colour, (heads[i].sum(), 3)),
+                                   atol=1e-6)
+    # the leaky palette changes luminance under the swap (the default palette would not)
+    assert np.abs(lp.luminance(swapped.images) - lp.luminance(birds.images)).max() > 0.1
+    with pytest.raises(ValueError, match="permutation"):
+        lp.swap_head_colours(birds, {"red": "yellow"})
+    with pytest.raises(ValueError, match="palette"):
+        lp.swap_head_colours(birds, palette={"red": (1.0, 0.0, 0.0)})
+
+
+def test_hue_palette_and_the_luminance_preserving_hue_swap():
+    assert lp.hue_palette({c: lp.HEAD_LUMINANCE for c in lp.PALETTE}) == lp.PALETTE
+    with pytest.raises(ValueError, match="unknown colour"):
+        lp.hue_palette({"purple": 0.4})
+    train, test, swapped, target = lp.leaky_data(0, 2, 2)
+    np.testing.assert_allclose(lp.luminance(swapped.images), lp.luminance(test.images), atol=1e-6)
+    assert not np.allclose(swapped.images, test.images)
+    np.testing.assert_array_equal(target, lp.swapped_labels(test))
+    # the grey images of the classes differ: the grey branch can read the colour class from luminance
+    head_lum = [lp.luminance(test.images.transpose(0, 2, 3, 1)[i][test.masks[i, 0] > 0]).mean() for i in range(len(test))]
+    np.testing.assert_allclose(head_lum, np.array([0.30, 0.45, 0.60])[test.colour_index()], atol=1e-6)
+
+
+def test_nearest_palette_colour_with_a_custom_palette():
+    leaky = lp.hue_palette({"red": 0.30, "green": 0.45, "blue": 0.60})
+    assert lp.nearest_palette_colour(np.array([leaky["blue"]]), ["red", "blue"], leaky) == ["blue"]
+    with pytest.raises(ValueError, match="names"):
+        lp.nearest_palette_colour(np.zeros((1, 3)), ["purple"])
+
+
+def test_pointwise_layers_equal_the_1x1_convolutions():
+    torch.manual_seed(0)
+    net = lp.ColorNet(2, 3)
+    x = torch.rand(4, 3, 5, 6)
+    torch.testing.assert_close(net.forward(x, (5, 6)),
+                               torch.sigmoid(net.mlp(net.pixel_colours(x, (5, 6)))).unflatten(1, (2, 3)))
+    shape = lp.ShapeTexNet(2, 3).eval()
+    grey = torch.rand(4, 3, 12, 12)
+    ref = torch.sigmoid(shape.add_on(shape.features((grey - lp.GREY_MEAN) / lp.GREY_STD))).unflatten(1, (2, 3))
+    torch.testing.assert_close(shape(grey), ref)
+
+
+def test_run_experiment_without_the_cnn_and_run_leaky_on_tiny_data():
+    res = lp.run_experiment(0, n_train=2, n_test=1, epochs=1, alphas=(1.4,), cnn=False)
+    assert "cnn_acc" not in res and set(res["alpha"]) == {1.4}
+    assert 0 <= res["alpha"][1.4]["prototype_colour_correct"] <= 6
+    leaky = lp.run_leaky(0, n_train=2, n_test=1, epochs=1, cnn_epochs=1)
+    assert leaky["shape_agreement"] == 1.0
+    assert leaky["follows_hue"] + leaky["keeps_class"] <= 1.0

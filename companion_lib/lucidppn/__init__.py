@@ -12,20 +12,21 @@ $p_m = \frac1K\sum_k r_{km}$. Modules:
 * :mod:`.training`: training, prediction, the part hit rate, colour prototypes, top patches, one experiment.
 """
 
-from .birds import (BODY_GREY, HEAD_LUMINANCE, LUMA_WEIGHTS, PALETTE, PART_NAMES, SHAPES, BirdGeometry,
+from .birds import (HUE_TEMPLATES, hue_palette, BODY_GREY, HEAD_LUMINANCE, LUMA_WEIGHTS, PALETTE, PART_NAMES, SHAPES, BirdGeometry,
                     BirdSet, check_images, draw_geometry, isoluminant_colour, luminance, make_birds,
                     render_birds, swap_head_colours, swapped_labels, to_grey)
 from .model import (GREY_MEAN, GREY_STD, BlackBoxCNN, ColorNet, LucidOutput, LucidPPN, ShapeTexNet, backbone,
                     fuse, lucid_losses, resize_masks)
 from .training import (blackbox_predict, check_birds, colour_prototypes, experiment_data, fit_blackbox, fit_lucidppn,
-                       lucid_predict, lucidppn_from_state, nearest_palette_colour, part_hit_rate, part_iou, run_experiment, top_patches)
+                       leaky_data, lucid_predict, lucidppn_from_state, nearest_palette_colour, part_hit_rate, part_iou, run_experiment,
+                       run_leaky, top_patches)
 
 __all__ = [
-    "BODY_GREY", "HEAD_LUMINANCE", "LUMA_WEIGHTS", "PALETTE", "PART_NAMES", "SHAPES", "BirdGeometry", "BirdSet",
+    "HUE_TEMPLATES", "hue_palette", "BODY_GREY", "HEAD_LUMINANCE", "LUMA_WEIGHTS", "PALETTE", "PART_NAMES", "SHAPES", "BirdGeometry", "BirdSet",
     "check_images", "draw_geometry", "isoluminant_colour", "luminance", "make_birds", "render_birds",
     "swap_head_colours", "swapped_labels", "to_grey",
     "GREY_MEAN", "GREY_STD", "BlackBoxCNN", "ColorNet", "LucidOutput", "LucidPPN", "ShapeTexNet", "backbone",
     "fuse", "lucid_losses", "resize_masks",
     "blackbox_predict", "check_birds", "colour_prototypes", "experiment_data", "lucidppn_from_state", "fit_blackbox", "fit_lucidppn", "lucid_predict",
-    "nearest_palette_colour", "part_hit_rate", "part_iou", "run_experiment", "top_patches",
+    "nearest_palette_colour", "part_hit_rate", "part_iou", "run_experiment", "top_patches", "leaky_data", "run_leaky",
 ]

@@ -24,7 +24,7 @@ from companion_lib.common.validation import check_int, check_positive_int
 
 __all__ = [
     "LUMA_WEIGHTS", "HEAD_LUMINANCE", "BODY_GREY", "PALETTE", "SHAPES", "PART_NAMES",
-    "isoluminant_colour", "luminance", "to_grey", "check_images", "BirdGeometry", "BirdSet",
+    "HUE_TEMPLATES", "hue_palette", "isoluminant_colour", "luminance", "to_grey", "check_images", "BirdGeometry", "BirdSet",
     "draw_geometry", "render_birds", "make_birds", "swap_head_colours", "swapped_labels",
 ]
 
@@ -64,6 +64,30 @@ PALETTE = {
     "blue": isoluminant_colour((None, None, 1.0)),
     "yellow": isoluminant_colour((None, None, 0.0)),
 }
+
+
+#: The hue of each palette colour: the fixed channels of its template for :func:`isoluminant_colour`.
+HUE_TEMPLATES = {
+    "red": (1.0, None, None),
+    "green": (0.15, None, 0.15),
+    "blue": (None, None, 1.0),
+    "yellow": (None, None, 0.0),
+}
+
+
+def hue_palette(luminances: dict[str, float]) -> dict[str, tuple[float, float, float]]:
+    """A palette with each named colour's hue (:data:`HUE_TEMPLATES`) at the luminance ``luminances[name]``.
+
+    ``hue_palette({c: 0.45 for c in ...})`` is :data:`PALETTE`; unequal luminances give a palette whose
+    colours the grey image can tell apart (a "leaky" palette). Raises ``ValueError`` for an unknown name or
+    a luminance that the hue cannot reach within [0, 1].
+    """
+    out = {}
+    for name, target in dict(luminances).items():
+        if name not in HUE_TEMPLATES:
+            raise ValueError(f"luminances: unknown colour name {name!r}; known: {sorted(HUE_TEMPLATES)}")
+        out[name] = isoluminant_colour(HUE_TEMPLATES[name], float(target))
+    return out
 
 
 def luminance(images: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
@@ -120,6 +144,12 @@ class BirdSet:
     colours: tuple[str, ...]
     shapes: tuple[str, ...]
     geometry: BirdGeometry
+    palette: dict | None = None   # the colour names' RGB triples the set was painted with (None: PALETTE)
+
+    @property
+    def colour_table(self) -> dict:
+        """The palette this set was painted with (:data:`PALETTE` unless :func:`make_birds` got another)."""
+        return PALETTE if self.palette is None else self.palette
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
@@ -228,25 +258,36 @@ def make_birds(n_per_class: int, rng: np.random.Generator, colours=("red", "gree
     images = render_birds(geometry, head_colours)
     masks = np.stack([geometry.head, geometry.body], axis=1).astype(np.float32)
     return BirdSet(images=images, masks=masks, labels=labels.astype(np.int64), colours=colours,
-                   shapes=shapes, geometry=geometry)
+                   shapes=shapes, geometry=geometry,
+                   palette={c: tuple(float(v) for v in palette[c]) for c in colours})
 
 
-def swap_head_colours(birds: BirdSet, permutation: dict[str, str] | None = None) -> BirdSet:
+def swap_head_colours(birds: BirdSet, permutation: dict[str, str] | None = None,
+                      palette: dict | None = None) -> BirdSet:
     """The same birds (same geometry, same noise) with every head colour replaced by ``permutation[colour]``.
 
     The default permutation cycles the colours (red -> green -> blue -> red for the default palette).
-    Labels keep the *original* classes; the swapped class of bird i is
-    ``swapped_index * len(shapes) + shape_index``, see :func:`swapped_labels`.
-    The swap preserves luminance exactly, so the grey images do not change.
+    The new colours are painted from ``palette`` (default: the palette the set was drawn with, so a set
+    drawn with a custom palette is swapped within that palette); another ``palette`` paints, e.g., the
+    new hue at the old luminance. Labels keep the *original* classes; the swapped class of bird i is
+    ``swapped_index * len(shapes) + shape_index``, see :func:`swapped_labels`. With an isoluminant palette
+    the swap preserves luminance exactly, so the grey images do not change.
     """
     colours = birds.colours
+    palette = birds.colour_table if palette is None else dict(palette)
     if permutation is None:
         permutation = {c: colours[(i + 1) % len(colours)] for i, c in enumerate(colours)}
     for c in list(permutation) + list(permutation.values()):
-        if c not in PALETTE:
-            raise ValueError(f"permutation: unknown colour name {c!r}")
+        if c not in colours:
+            raise ValueError(f"permutation: unknown colour name {c!r}; this set's colours: {list(colours)}")
     new_names = [permutation.get(colours[j], colours[j]) for j in birds.colour_index()]
-    images = render_birds(birds.geometry, np.array([PALETTE[c] for c in new_names]))
+    for c in set(new_names):
+        if c not in palette:
+            raise ValueError(f"palette: no colour for {c!r}")
+        rgb = np.asarray(palette[c], dtype=float)
+        if rgb.shape != (3,) or not (np.all(rgb >= 0) and np.all(rgb <= 1)):
+            raise ValueError(f"palette: colour {c!r} must be an RGB triple in [0, 1], got {palette[c]!r}")
+    images = render_birds(birds.geometry, np.array([palette[c] for c in new_names]))
     return replace(birds, images=images)
 
 

@@ -11,14 +11,14 @@ import torch.nn.functional as F
 
 from companion_lib.common.validation import check_int, check_positive
 
-from .birds import PALETTE, BirdSet, make_birds, swap_head_colours, swapped_labels
+from .birds import PALETTE, BirdSet, hue_palette, make_birds, swap_head_colours, swapped_labels
 from .birds import check_images
 from .model import BlackBoxCNN, LucidOutput, LucidPPN, lucid_losses, resize_masks
 
 __all__ = [
     "check_birds", "fit_lucidppn", "fit_blackbox", "lucid_predict", "blackbox_predict", "part_hit_rate", "part_iou",
     "colour_prototypes", "nearest_palette_colour", "top_patches", "experiment_data", "lucidppn_from_state",
-    "run_experiment",
+    "run_experiment", "leaky_data", "run_leaky",
 ]
 
 
@@ -157,10 +157,14 @@ def colour_prototypes(model: LucidPPN, part: int = 0, steps: int = 11) -> np.nda
     return grid[response.argmax(0)].numpy()
 
 
-def nearest_palette_colour(colours, names) -> list[str]:
-    """The name (among ``names``) of the palette colour nearest (in RGB) to each of ``colours`` (C, 3)."""
+def nearest_palette_colour(colours, names, palette: dict | None = None) -> list[str]:
+    """The name (among ``names``) of the ``palette`` colour (default :data:`PALETTE`) nearest (in RGB) to each of ``colours`` (C, 3)."""
     colours = np.asarray(colours, dtype=float).reshape(-1, 3)
-    ref = np.array([PALETTE[n] for n in names])
+    palette = PALETTE if palette is None else palette
+    for n in names:
+        if n not in palette:
+            raise ValueError(f"names: colour {n!r} is not in the palette")
+    ref = np.array([palette[n] for n in names])
     return [names[i] for i in np.linalg.norm(colours[:, None] - ref[None], axis=-1).argmin(1)]
 
 
@@ -201,12 +205,12 @@ def lucidppn_from_state(state: dict, n_parts: int = 2, n_classes: int = 6, **kwa
 
 
 def run_experiment(seed: int, n_train: int = 60, n_test: int = 30, epochs: int = 45, cnn_epochs: int = 30,
-                   alphas=(1.4, 0.0)) -> dict:
+                   alphas=(1.4, 0.0), cnn: bool = True) -> dict:
     r"""One seed of the reproduction: data, LucidPPN at each $\alpha_D$ in ``alphas``, the black-box CNN, analyses.
 
     Returns plain numbers and the trained models' ``state_dict`` (so a disk cache can store it):
     per $\alpha_D$ the fused and shape-only test accuracy, the part hit rates, the colour prototypes
-    of the head part, and the colour-swap analysis; and the CNN's accuracy (also under the swap).
+    of the head part, and the colour-swap analysis; and (if ``cnn``) the CNN's accuracy (also under the swap).
     """
     train, test = experiment_data(seed, n_train, n_test)
     swapped = swap_head_colours(test)
@@ -232,7 +236,53 @@ def run_experiment(seed: int, n_train: int = 60, n_test: int = 30, epochs: int =
             "final_loss": history[-1],
         }
         result["models"][float(alpha)] = {k: v.clone() for k, v in model.state_dict().items()}
-    cnn = fit_blackbox(train, epochs=cnn_epochs, seed=seed)
-    result["cnn_acc"] = float((blackbox_predict(cnn, test.images) == test.labels).mean())
-    result["cnn_swap_follows_colour"] = float((blackbox_predict(cnn, swapped.images) == target).mean())
+    if cnn:
+        cnn_model = fit_blackbox(train, epochs=cnn_epochs, seed=seed)
+        result["cnn_acc"] = float((blackbox_predict(cnn_model, test.images) == test.labels).mean())
+        result["cnn_swap_follows_colour"] = float((blackbox_predict(cnn_model, swapped.images) == target).mean())
     return result
+
+
+def leaky_data(seed: int, n_train: int = 60, n_test: int = 30, luminances=(0.30, 0.45, 0.60)):
+    r"""Birds whose head colours (red, green, blue hues) have the luminances ``luminances``, and the hue swap.
+
+    Returns ``(train, test, swapped, target)``: ``swapped`` is the test set with every head repainted in
+    the next hue (red -> green -> blue -> red) *at its own luminance* (the paper's luminance-preserving
+    hue change), so its grey images equal the test set's; ``target`` is the class of the new hue and the
+    same body shape. Drawn with ``default_rng(seed)`` as :func:`experiment_data` draws the default birds.
+    """
+    colours = ("red", "green", "blue")
+    if len(luminances) != len(colours):
+        raise ValueError(f"luminances must give one luminance per colour {colours}, got {luminances!r}")
+    palette = hue_palette(dict(zip(colours, luminances)))
+    perm = {c: colours[(i + 1) % len(colours)] for i, c in enumerate(colours)}
+    kept = hue_palette({perm[c]: lum for c, lum in zip(colours, luminances)})
+    rng = np.random.default_rng(check_int(seed, "seed", low=0))
+    train = make_birds(n_train, rng, colours=colours, palette=palette)
+    test = make_birds(n_test, rng, colours=colours, palette=palette)
+    return train, test, swap_head_colours(test, perm, palette=kept), swapped_labels(test, perm)
+
+
+def run_leaky(seed: int, n_train: int = 60, n_test: int = 30, epochs: int = 45, cnn_epochs: int = 30,
+              luminances=(0.30, 0.45, 0.60), alpha_d: float = 1.4) -> dict:
+    r"""One seed of the leaky-palette analysis: LucidPPN and the black-box CNN trained on birds whose head
+    colours differ in luminance (:func:`leaky_data`), tested on their test birds and under the
+    luminance-preserving hue swap.
+
+    Returns the test accuracies (fused, ShapeTexNet alone, CNN) and, under the swap, the share of birds
+    whose prediction is the new hue's class (``follows_hue``, ``cnn_follows_hue``), the original class
+    (``keeps_class``, ``cnn_keeps_class``), and ShapeTexNet's agreement with itself (1 by construction).
+    """
+    train, test, swapped, target = leaky_data(seed, n_train, n_test, luminances)
+    model, _ = fit_lucidppn(train, alpha_d=alpha_d, epochs=epochs, seed=seed)
+    out, out_sw = lucid_predict(model, test.images), lucid_predict(model, swapped.images)
+    pred, pred_sw = out.logits.argmax(1).numpy(), out_sw.logits.argmax(1).numpy()
+    shape, shape_sw = out.shape_logits.argmax(1).numpy(), out_sw.shape_logits.argmax(1).numpy()
+    cnn_model = fit_blackbox(train, epochs=cnn_epochs, seed=seed)
+    cnn_pred, cnn_sw = blackbox_predict(cnn_model, test.images), blackbox_predict(cnn_model, swapped.images)
+    return {"seed": seed, "fused_acc": float((pred == test.labels).mean()),
+            "shape_acc": float((shape == test.labels).mean()),
+            "cnn_acc": float((cnn_pred == test.labels).mean()),
+            "follows_hue": float((pred_sw == target).mean()), "keeps_class": float((pred_sw == test.labels).mean()),
+            "shape_agreement": float((shape_sw == shape).mean()),
+            "cnn_follows_hue": float((cnn_sw == target).mean()), "cnn_keeps_class": float((cnn_sw == test.labels).mean())}
