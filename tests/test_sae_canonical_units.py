@@ -115,13 +115,59 @@ def test_training_keeps_unit_decoder_and_threshold(world_and_data):
         assert torch.equal(sae.encode(x, batch=False)[:5], sae.encode(x[:5], batch=False))
 
 
-def test_meta_sae_bias_fixed_at_zero():
+def test_meta_sae_bias_fixed_learned_from_zero_and_from_mean():
+    """fix_b_dec_zero keeps b_dec exactly at zero even when trained in one loop with models that learn it;
+    the official code's setting (learned, initialised at zero) moves it; each model trains as it would alone."""
     rng = np.random.default_rng(3)
     w = S.make_world(rng, n_entities=100)
-    meta, _ = S.train_meta_sae(w.entities, 20, 3, steps=200, seed=0)
-    assert torch.count_nonzero(meta.b_dec) == 0
-    g = S.meta_decomposition(meta, w.entities)
+    metas, hists = S.train_meta_saes([w.entities] * 3, 20, 3, steps=60, seeds=[0, 0, 0],
+                                     fix_b_dec_zero=[True, False, False], b_dec_init=["zero", "zero", "mean"])
+    fixed, official, from_mean = metas
+    assert torch.count_nonzero(fixed.b_dec) == 0
+    assert torch.count_nonzero(official.b_dec) > 0 and not torch.allclose(official.b_dec, from_mean.b_dec)
+    alone, h_alone = S.train_meta_sae(w.entities, 20, 3, steps=60, seed=0)
+    assert np.allclose(hists[0].loss, h_alone.loss, rtol=1e-4)
+    assert torch.allclose(fixed.W_dec, alone.W_dec, atol=1e-4)
+    g = S.meta_decomposition(fixed, w.entities)
     assert g.shape == (100, 20)
+    with pytest.raises(ValueError, match="b_dec_init"):
+        S.train_meta_saes([w.entities], 20, 3, steps=2, b_dec_init="median")
+    with pytest.raises(ValueError, match="fix_b_dec_zero"):
+        S.train_meta_saes([w.entities] * 2, 20, 3, steps=2, seeds=[0, 1], fix_b_dec_zero=[True])
+
+
+@pytest.mark.parametrize("kind", ["batchtopk", "topk"])
+def test_fast_trainer_equals_the_plain_reference_loop(world_and_data, kind):
+    """train_saes (batched, mask-skipping) gives bit for bit what the plain one-SAE loop on the
+    implementation page gives, AuxK included (latents go dead with dead_after=5, more than k_aux=4)."""
+    world, X, Xt = world_and_data
+    fast, h_fast = S.train_sae(X, 64, 2, kind, steps=120, seed=3, dead_after=5, k_aux=4)
+    ref, h_ref = S.train_sae_reference(X, 64, 2, kind, steps=120, seed=3, dead_after=5, k_aux=4)
+    assert max(h_ref.dead) > 4                        # AuxK with more dead latents than k_aux was exercised
+    assert h_fast.dead == h_ref.dead and h_fast.loss == h_ref.loss
+    for name in ("W_enc", "b_enc", "W_dec", "b_dec"):
+        assert torch.equal(getattr(fast, name), getattr(ref, name)), name
+    assert torch.equal(fast.threshold, ref.threshold) or kind == "topk"
+    # full batch (every row in every step), as a meta-SAE with a learned b_dec trains
+    m_fast, g_fast = S.train_meta_sae(world.entities, 10, 2, steps=40, seed=1, fix_b_dec_zero=False)
+    m_ref, g_ref = S.train_sae_reference(world.entities, 10, 2, steps=40, batch_size=10**6, seed=1)
+    assert np.allclose(g_fast.loss, g_ref.loss, rtol=1e-5) and torch.allclose(m_fast.W_dec, m_ref.W_dec, atol=1e-5)
+
+
+def test_summarize_follows_the_widths():
+    """run_experiments and summarize work with widths other than the default (no hard-coded 16 or 64)."""
+    res = S.run_experiments([0], replicates=2, widths=(8, 24), stitch=(8, 24), topk_width=24, steps=20,
+                            meta_steps=10, n_train=1000, n_test=300, n_gt_entities=40)
+    table = S.summarize(res)
+    assert len(table) == 2 and res[0]["config"]["stitch"] == (8, 24)
+    for col in ("nmse_batchtopk", "atoms_small", "atoms_large", "meta_fve", "meta_fve_null", "gt_atoms_official",
+                "monotone_full"):
+        assert np.isfinite(table[col]).all(), col
+    # the stopped path is the full greedy path's prefix
+    st = res[0]["stitch"]
+    assert np.array_equal(st["path_greedy"], st["path_full"][:len(st["path_greedy"])])
+    with pytest.raises(ValueError, match="stitch"):
+        S.run_experiments([0], widths=(8, 24), stitch=(16, 64), steps=2)
 
 
 def test_insertion_deltas_match_brute_force(world_and_data):

@@ -41,12 +41,12 @@ from .evaluation import (alive_latents, atom_hit_fraction, classify_latents, max
 from .experiment import run_experiment, run_experiments, summarize
 from .model import JumpReLUDictionary, SparseAutoencoder, batch_topk, topk_per_sample
 from .stitching import insertion_deltas, stitching_path, swap_groups
-from .training import TrainHistory, train_meta_sae, train_meta_saes, train_sae, train_saes
+from .training import TrainHistory, train_meta_sae, train_meta_saes, train_sae, train_sae_reference, train_saes
 from .world import SyntheticWorld, make_world, sample_activations
 
 __all__ = [
     "SyntheticWorld", "make_world", "sample_activations", "SparseAutoencoder", "JumpReLUDictionary",
-    "batch_topk", "topk_per_sample", "TrainHistory", "train_sae", "train_saes", "train_meta_sae", "train_meta_saes",
+    "batch_topk", "topk_per_sample", "TrainHistory", "train_sae", "train_sae_reference", "train_saes", "train_meta_sae", "train_meta_saes",
     "nmse", "mean_l0", "alive_latents", "max_cosine", "recovered_fraction", "classify_latents", "insertion_deltas",
     "stitching_path", "swap_groups", "meta_decomposition", "atom_hit_fraction", "run_experiments", "run_experiment",
     "summarize",

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .model import SparseAutoencoder, _as_tensor, _check_k
+from .model import SparseAutoencoder, _as_tensor, _check_k, batch_topk, topk_per_sample
 
-__all__ = ["TrainHistory", "train_sae", "train_saes", "train_meta_sae", "train_meta_saes"]
+__all__ = ["TrainHistory", "train_sae_reference", "train_sae", "train_saes", "train_meta_sae", "train_meta_saes"]
 
 
 @dataclass
@@ -18,9 +18,57 @@ class TrainHistory:
     dead: list = field(default_factory=list)
 
 
+def train_sae_reference(X, width: int, k: int, kind: str = "batchtopk", steps: int = 3000, batch_size: int = 256,
+                        lr: float = 3e-3, k_aux: int = 16, aux_alpha: float = 1 / 32, dead_after: int = 200,
+                        seed: int = 0, threshold_momentum: float = 0.99):
+    r"""One TopK/BatchTopK SAE, one plain step at a time: the reference that the fast batched trainer
+    :func:`train_saes` is tested against (same initialisation, batches, loss and updates). Returns
+    ``(sae, history)``; see :func:`train_saes` for the loss."""
+    X = _as_tensor(X, "X")
+    n, d = X.shape
+    gen = torch.Generator().manual_seed(int(seed))
+    W_dec = torch.nn.functional.normalize(torch.randn(width, d, generator=gen), dim=1)
+    sae = SparseAutoencoder(d, width, k, kind, W_dec=W_dec, b_dec=X.mean(0))   # W_enc starts at W_dec^T
+    opt = torch.optim.Adam(sae.parameters(), lr=lr)
+    full = batch_size >= n                                   # full batch: every row in every step
+    batches = None if full else torch.randint(0, n, (steps, batch_size), generator=gen)
+    last_fired = torch.zeros(width, dtype=torch.long)
+    theta, history = None, TrainHistory()
+    for step in range(steps):
+        x = X if full else X[batches[step]]
+        z = sae.pre_activations(x)
+        f = batch_topk(z, k) if kind == "batchtopk" else topk_per_sample(z, k)
+        err = x - sae.decode(f)
+        loss = err.pow(2).sum(-1).mean()                     # MSE summed over features, mean over the batch
+        last_fired[(f > 0).any(0)] = step
+        dead = (step - last_fired) >= dead_after             # latents silent for dead_after steps
+        if aux_alpha > 0 and dead.any():                     # AuxK: dead latents fit the detached residual
+            z_dead = torch.relu(z[:, dead])
+            if z_dead.shape[1] > k_aux:
+                z_dead = topk_per_sample(z_dead, k_aux)
+            e_aux = err.detach() - z_dead @ sae.W_dec[dead]
+            loss = loss + aux_alpha * e_aux.pow(2).sum(-1).mean()
+        opt.zero_grad()
+        loss.backward()
+        with torch.no_grad():                                # keep the decoder rows on the unit sphere
+            g = sae.W_dec.grad
+            g -= (g * sae.W_dec).sum(-1, keepdim=True) * sae.W_dec
+        opt.step()
+        with torch.no_grad():
+            sae.W_dec /= sae.W_dec.norm(dim=-1, keepdim=True)
+            if kind == "batchtopk" and (f > 0).any():        # EMA of the smallest kept activation
+                m = f[f > 0].min()
+                theta = m if theta is None else threshold_momentum * theta + (1 - threshold_momentum) * m
+        history.loss.append(float(loss.detach()))
+        history.dead.append(int(dead.sum()))
+    if kind == "batchtopk" and theta is not None:
+        sae.threshold.fill_(float(theta))
+    return sae, history
+
+
 def train_saes(Xs, width: int, k: int, kind: str = "batchtopk", steps: int = 3000, batch_size: int = 256,
                lr: float = 3e-3, k_aux: int = 16, aux_alpha: float = 1 / 32, dead_after: int = 200,
-               fix_b_dec_zero: bool = False, seeds=(0,), threshold_momentum: float = 0.99):
+               fix_b_dec_zero=False, seeds=(0,), threshold_momentum: float = 0.99, b_dec_init="mean"):
     r"""Train one TopK/BatchTopK SAE per data set in ``Xs`` (a list of arrays with the same number of
     columns), all in one batched loop; returns ``(saes, histories)``. SAE $r$ sees only ``Xs[r]`` and
     draws its initialisation and batches from ``seeds[r]``; the models share nothing but the loop (their
@@ -30,7 +78,9 @@ def train_saes(Xs, width: int, k: int, kind: str = "batchtopk", steps: int = 300
     $e=(x-\hat x)$ is detached and $\hat e = \mathrm{TopK}_{k_{aux}}(z_{\text{dead}})W_{dec}$ uses only
     latents that have not fired for ``dead_after`` steps (AuxK). The decoder gradient is projected
     orthogonal to the rows before each Adam step and the rows are renormalised to unit norm after it.
-    $b_{dec}$ starts at the data mean (or is fixed at zero with ``fix_b_dec_zero``, as for meta-SAEs).
+    $b_{dec}$ is learned from the data mean (``b_dec_init="mean"``) or from zero (``"zero"``, the
+    official meta-SAE code's initialisation), or is fixed at zero with ``fix_b_dec_zero`` (the research
+    note's meta-SAE choice); ``fix_b_dec_zero`` may be one bool per data set.
     A batch is ``batch_size`` rows drawn with replacement, or every row once when ``batch_size`` is at
     least the number of rows (full batch). BatchTopK's inference threshold $\theta$ is an exponential
     moving average (``threshold_momentum``) of the smallest activation kept by batch top-k in each batch.
@@ -50,14 +100,22 @@ def train_saes(Xs, width: int, k: int, kind: str = "batchtopk", steps: int = 300
     if steps < 1 or batch_size < 1:
         raise ValueError(f"steps and batch_size must be positive, got {steps}, {batch_size}")
     R = len(Xs)
+    fixed = [bool(v) for v in fix_b_dec_zero] if isinstance(fix_b_dec_zero, (list, tuple)) else [bool(fix_b_dec_zero)] * R
+    if len(fixed) != R:
+        raise ValueError(f"fix_b_dec_zero must be one bool or one per data set ({R}), got {len(fixed)}")
+    inits = list(b_dec_init) if isinstance(b_dec_init, (list, tuple)) else [b_dec_init] * R
+    if len(inits) != R or any(i not in ("mean", "zero") for i in inits):
+        raise ValueError(f"b_dec_init must be 'mean' or 'zero' (or one of them per data set), got {b_dec_init!r}")
     gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
     W_dec = torch.stack([torch.nn.functional.normalize(torch.randn(width, d, generator=g), dim=1) for g in gens])
     W_enc = W_dec.transpose(1, 2).clone()
     b_enc = torch.zeros(R, width)
-    b_dec = torch.zeros(R, d) if fix_b_dec_zero else torch.stack([X.mean(0) for X in Xs])
+    b_dec = torch.stack([torch.zeros(d) if f or i == "zero" else X.mean(0) for f, i, X in zip(fixed, inits, Xs)])
     for t in (W_enc, b_enc, W_dec, b_dec):
         t.requires_grad_(True)
-    params = [W_enc, b_enc, W_dec] + ([] if fix_b_dec_zero else [b_dec])
+    params = [W_enc, b_enc, W_dec] + ([] if all(fixed) else [b_dec])
+    # models with a fixed b_dec among learned ones: a zero gradient leaves Adam's step exactly zero
+    learn_mask = None if all(fixed) or not any(fixed) else torch.tensor([not f for f in fixed], dtype=torch.float32)[:, None]
     opt = torch.optim.Adam(params, lr=lr)
     # batches: B_r rows for model r (every row when the batch covers the data), padded to B rows
     sizes = [min(batch_size, X.shape[0]) for X in Xs]
@@ -135,6 +193,8 @@ def train_saes(Xs, width: int, k: int, kind: str = "batchtopk", steps: int = 300
         with torch.no_grad():
             g = W_dec.grad
             g -= (g * W_dec).sum(-1, keepdim=True) * W_dec
+            if learn_mask is not None:
+                b_dec.grad *= learn_mask
         opt.step()
         with torch.no_grad():
             W_dec /= W_dec.norm(dim=-1, keepdim=True)
@@ -172,18 +232,19 @@ def train_sae(X, width: int, k: int, kind: str = "batchtopk", steps: int = 3000,
 
 
 def train_meta_saes(row_sets, width: int, k: int = 3, steps: int = 3000, lr: float = 3e-3,
-                    fix_b_dec_zero: bool = True, seeds=(0,), **kw):
+                    fix_b_dec_zero=True, seeds=(0,), **kw):
     r"""Meta-SAEs, one per set of decoder rows in ``row_sets``: BatchTopK SAEs whose data points are the
     unit decoder rows $d^B_j$ of another SAE, trained full-batch (every row in every step). $b_{dec}$ is
-    fixed at zero by default: decoder directions are not centred data, and subtracting their mean
-    removes the shared atoms."""
+    fixed at zero by default (the research note's choice: decoder directions are not centred data, and
+    subtracting their mean removes the shared atoms); the official meta-SAE code instead *learns*
+    $b_{dec}$ from a zero initialisation (``fix_b_dec_zero=False, b_dec_init="zero"``)."""
     row_sets = [_as_tensor(rows, "decoder_rows") for rows in row_sets]
     return train_saes(row_sets, width, k, "batchtopk", steps=steps, batch_size=max(len(r) for r in row_sets), lr=lr,
                       fix_b_dec_zero=fix_b_dec_zero, seeds=seeds, **kw)
 
 
 def train_meta_sae(decoder_rows, width: int, k: int = 3, steps: int = 3000, lr: float = 3e-3,
-                   fix_b_dec_zero: bool = True, seed: int = 0, **kw):
+                   fix_b_dec_zero=True, seed: int = 0, **kw):
     r"""One meta-SAE on ``decoder_rows`` (see :func:`train_meta_saes`); returns ``(meta_sae, history)``."""
     saes, histories = train_meta_saes([decoder_rows], width, k, steps=steps, lr=lr, fix_b_dec_zero=fix_b_dec_zero,
                                       seeds=[seed], **kw)
