@@ -47,7 +47,7 @@ def linear_beta_schedule(T: int = 100, beta_min: float = 1e-4, beta_max: float =
 
 def _time_embedding(t: torch.Tensor, T: int) -> torch.Tensor:
     half = TIME_FEATURES // 2
-    freqs = torch.exp(-math.log(100.0) * torch.arange(half, dtype=torch.float32) / half)
+    freqs = torch.exp(-math.log(100.0) * torch.arange(half, dtype=torch.float32, device=t.device) / half)
     angle = (t.float() / T)[..., None] * freqs * 2 * math.pi * 4
     return torch.cat([torch.sin(angle), torch.cos(angle)], dim=-1)
 
@@ -98,8 +98,13 @@ def _check_params(params) -> int:
     return int(params["W1"].shape[0])
 
 
+def _on(device, params: dict[str, torch.Tensor]) -> torch.device:
+    """``device`` if given, else the device of ``params``."""
+    return params["W1"].device if device is None else torch.device(device)
+
+
 def train_denoisers(params: dict[str, torch.Tensor], X, owner, masks, schedule: Schedule, steps: int,
-                    lr: float = 3e-3, batch: int = 64, seed: int = 0) -> dict[str, torch.Tensor]:
+                    lr: float = 3e-3, batch: int = 64, seed: int = 0, device=None) -> dict[str, torch.Tensor]:
     """Train model ``k`` of the stack on the data of coalition ``masks[k]`` (the algorithm
     :math:`\\mathcal A(\\mathcal D_S)`): Adam on the DDPM loss
     :math:`\\|\\epsilon-\\epsilon_\\theta(\\sqrt{\\bar\\alpha_t}x_0+\\sqrt{1-\\bar\\alpha_t}\\epsilon,t)\\|^2`.
@@ -107,6 +112,8 @@ def train_denoisers(params: dict[str, torch.Tensor], X, owner, masks, schedule: 
     Every model draws its own minibatch from its own coalition; summing the per-model losses gives each
     model exactly its own gradient, and Adam is elementwise, so the stack trains ``K`` independent models.
     Returns new (detached) parameters; ``params`` is not modified. ``steps=0`` returns a copy.
+    ``device`` (default: that of ``params``) is where the models train, e.g. a GPU; the random draws are made
+    on the CPU's generator and moved there, so the CPU path is the same whatever the device argument.
     """
     K = _check_params(params)
     masks = np.asarray(masks, dtype=bool)
@@ -117,21 +124,22 @@ def train_denoisers(params: dict[str, torch.Tensor], X, owner, masks, schedule: 
         raise ValueError(f"need steps >= 0, batch >= 1, lr > 0; got {steps}, {batch}, {lr}")
     if not masks.any(axis=1).all():
         raise ValueError("every coalition in masks must be non-empty (the empty set is the untrained model)")
-    X = torch.as_tensor(np.asarray(X), dtype=torch.float32)
+    dev = _on(device, params)
+    X = torch.as_tensor(np.asarray(X), dtype=torch.float32).to(dev)
     member = masks[:, owner]                                                  # (K, N): point in coalition?
-    counts = torch.as_tensor(member.sum(1), dtype=torch.float32)[:, None]     # |D_S| per model
-    pool = torch.as_tensor(np.argsort(~member, axis=1, kind="stable"))        # coalition's points first
-    theta = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
+    counts = torch.as_tensor(member.sum(1), dtype=torch.float32)[:, None].to(dev)   # |D_S| per model
+    pool = torch.as_tensor(np.argsort(~member, axis=1, kind="stable")).to(dev)      # coalition's points first
+    theta = {k: v.detach().to(dev).clone().requires_grad_(True) for k, v in params.items()}
     opt = torch.optim.Adam(list(theta.values()), lr=lr, fused=True)
     g = torch.Generator().manual_seed(int(seed) + 1)
-    ab = schedule.alpha_bars
-    table = _time_table(schedule.T)
+    ab = schedule.alpha_bars.to(dev)
+    table = _time_table(schedule.T).to(dev)
     for _ in range(int(steps)):
-        slot = (torch.rand(K, batch, generator=g) * counts).long()            # uniform over D_S, with replacement
+        slot = (torch.rand(K, batch, generator=g).to(dev) * counts).long()   # uniform over D_S, with replacement
         idx = torch.gather(pool, 1, slot)                                     # (K, B) data indices
         x0 = X[idx]
-        t = torch.randint(0, schedule.T, (K, batch), generator=g)
-        eps = torch.randn(K, batch, 2, generator=g)
+        t = torch.randint(0, schedule.T, (K, batch), generator=g).to(dev)
+        eps = torch.randn(K, batch, 2, generator=g).to(dev)
         a = ab[t][..., None]
         xt = a.sqrt() * x0 + (1 - a).sqrt() * eps
         loss = ((_forward(theta, xt, t, schedule.T, table) - eps) ** 2).mean(dim=(1, 2)).sum()
@@ -143,18 +151,21 @@ def train_denoisers(params: dict[str, torch.Tensor], X, owner, masks, schedule: 
 
 @torch.no_grad()
 def sample_denoisers(params: dict[str, torch.Tensor], n_samples: int, schedule: Schedule,
-                     seed: int = 0) -> torch.Tensor:
+                     seed: int = 0, device=None) -> torch.Tensor:
     """Ancestral DDPM sampling with :math:`\\sigma_t^2=\\beta_t`:
     :math:`x_{t-1}=\\frac1{\\sqrt{\\alpha_t}}(x_t-\\frac{\\beta_t}{\\sqrt{1-\\bar\\alpha_t}}\\epsilon_\\theta(x_t,t))+\\sigma_tz`.
-    Returns ``(models, n_samples, 2)``."""
+    Returns ``(models, n_samples, 2)`` on ``device`` (default: that of ``params``; the noise is drawn on the
+    CPU's generator and moved there)."""
     K = _check_params(params)
     if n_samples < 1:
         raise ValueError(f"n_samples must be >= 1, got {n_samples}")
     g = torch.Generator().manual_seed(int(seed) + 2)
-    x = torch.randn(K, n_samples, 2, generator=g)
+    dev = _on(device, params)
+    params = {k: v.to(dev) for k, v in params.items()}
+    x = torch.randn(K, n_samples, 2, generator=g).to(dev)
     # every point of a step shares t: its time embedding enters the first layer as one bias per model,
     # (b1 + e(t) W1[2:]), and only the 2-D point goes through W1[:2] (the same network as _forward)
-    table = _time_table(schedule.T)
+    table = _time_table(schedule.T).to(dev)
     W1x, W1t = params["W1"][:, :2], params["W1"][:, 2:]
     silu = torch.nn.functional.silu
     for t in range(schedule.T - 1, -1, -1):
@@ -165,7 +176,7 @@ def sample_denoisers(params: dict[str, torch.Tensor], n_samples: int, schedule: 
         b, a, ab = schedule.betas[t], schedule.alphas[t], schedule.alpha_bars[t]
         x = (x - b / (1 - ab).sqrt() * eps) / a.sqrt()
         if t > 0:
-            x = x + b.sqrt() * torch.randn(K, n_samples, 2, generator=g)
+            x = x + b.sqrt() * torch.randn(K, n_samples, 2, generator=g).to(dev)
     return x
 
 

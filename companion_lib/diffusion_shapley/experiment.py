@@ -10,6 +10,7 @@ import time
 import numpy as np
 import torch
 
+from ..common.device import device as default_device
 from .attribution import _check_game, all_subsets, kernel_shap, lds, sample_shapley_subsets, subset_codes
 from .ddpm import (Schedule, _check_params, _forward, coalition_cost, init_denoisers, linear_beta_schedule, n_params,
                    train_denoisers)
@@ -24,7 +25,7 @@ __all__ = ["run_games", "lds_at_budget", "counterfactual_change", "gradient_attr
 def run_games(seed: int = 0, points_per_contributor: int = 64, T: int = 100, beta_max: float = 0.05,
               hidden: int = 32, retrain_steps: int = 500, ft_steps: int = 200, recover_steps: int = 300,
               prune_ratio: float = 0.5, lr: float = 1e-2, batch: int = 32, n_samples: int = 256,
-              eval_sizes: tuple[int, ...] = (4, 5)) -> dict:
+              eval_sizes: tuple[int, ...] = (4, 5), device=None) -> dict:
     """Everything one seed of the chapter needs (all numbers computed here, nothing stored by hand):
 
     * ``"retrain"``: the ground-truth game on all :math:`2^n` coalitions (retraining from scratch);
@@ -38,13 +39,17 @@ def run_games(seed: int = 0, points_per_contributor: int = 64, T: int = 100, bet
     * ``"macs"``: multiply-adds per coalition of each value function and of prune + recover
       (:func:`coalition_cost`);
     * ``"X"``, ``"owner"``, ``"full_model"``, ``"sparse_model"``: the data, the full model :math:`\\theta^*` and
-      the pruned and recovered model :math:`\\tilde\\theta^*`.
+      the pruned and recovered model :math:`\\tilde\\theta^*` (on the CPU).
+
+    ``device`` (default :func:`companion_lib.common.device`: the GPU when present, else the CPU) is where the
+    models train and sample; on the CPU the results are the same numbers whatever the argument.
     """
+    dev = default_device() if device is None else torch.device(device)
     X, owner = make_contributors(points_per_contributor, seed=seed)
     schedule = linear_beta_schedule(T, 1e-4, beta_max)
     n = int(owner.max()) + 1
     masks = all_subsets(n)
-    kw = dict(lr=lr, batch=batch, n_samples=n_samples, hidden=hidden)
+    kw = dict(lr=lr, batch=batch, n_samples=n_samples, hidden=hidden, device=dev)
     # warm-up (not timed): the first call of a process pays one-off costs (allocator, kernel set-up) that
     # would otherwise inflate whichever game's CPU time is measured first
     subset_game(masks[1:3], X, owner, schedule, 2, seed=seed, **kw)
@@ -54,9 +59,10 @@ def run_games(seed: int = 0, points_per_contributor: int = 64, T: int = 100, bet
     evaluation = subset_game(eval_masks, X, owner, schedule, retrain_steps, seed=seed + 1000, **kw)
     t0 = time.process_time()
     full = train_denoisers(init_denoisers(1, hidden, seed=seed + 2000), X, owner, np.ones((1, n), bool),
-                           schedule, retrain_steps, lr=lr, batch=batch, seed=seed + 2000)
+                           schedule, retrain_steps, lr=lr, batch=batch, seed=seed + 2000, device=dev)
     t1 = time.process_time()
-    small = sparsify(full, X, owner, schedule, prune_ratio, recover_steps, lr=lr, batch=batch, seed=seed + 3000)
+    small = sparsify(full, X, owner, schedule, prune_ratio, recover_steps, lr=lr, batch=batch, seed=seed + 3000,
+                     device=dev)
     t2 = time.process_time()
     finetune = subset_game(masks, X, owner, schedule, ft_steps, init=full, seed=seed, **kw)
     sparsified = subset_game(masks, X, owner, schedule, ft_steps, init=small, seed=seed, **kw)
@@ -69,7 +75,8 @@ def run_games(seed: int = 0, points_per_contributor: int = 64, T: int = 100, bet
             "finetune": finetune, "sparsified": sparsified,
             "setup_seconds": {"full model": t1 - t0, "prune + recover": t2 - t1},
             "n_params": {"full": P_full, "pruned": P_small}, "macs": macs, "X": X, "owner": owner,
-            "full_model": full, "sparse_model": small}
+            "full_model": {k: v.cpu() for k, v in full.items()},
+            "sparse_model": {k: v.cpu() for k, v in small.items()}}
 
 
 # ------------------------------------------------------------------------------------------------

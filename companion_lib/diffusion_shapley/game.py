@@ -133,19 +133,19 @@ def global_properties(samples) -> dict[str, np.ndarray]:
 # The game: retrain / fine-tune / sparsified fine-tune, for many coalitions at once
 # ------------------------------------------------------------------------------------------------
 def sparsify(full_params: dict[str, torch.Tensor], X, owner, schedule: Schedule, ratio: float = 0.5,
-             recover_steps: int = 500, lr: float = 3e-3, batch: int = 64, seed: int = 0
+             recover_steps: int = 500, lr: float = 3e-3, batch: int = 64, seed: int = 0, device=None
              ) -> dict[str, torch.Tensor]:
     """Steps 2-3 of sparsified fine-tuning: prune the full model :math:`\\theta^*` once, then fine-tune the
     pruned model on ALL the data for ``recover_steps`` to get :math:`\\tilde\\theta^*`."""
     pruned = magnitude_prune(full_params, ratio)
     n = int(np.max(owner)) + 1
     return train_denoisers(pruned, X, owner, np.ones((1, n), dtype=bool), schedule, recover_steps,
-                           lr=lr, batch=batch, seed=seed)
+                           lr=lr, batch=batch, seed=seed, device=device)
 
 
 def subset_game(masks, X, owner, schedule: Schedule, steps: int, init: dict[str, torch.Tensor] | None = None,
                 hidden: int = 32, lr: float = 3e-3, batch: int = 64, n_samples: int = 256, seed: int = 0,
-                chunk: int = 256) -> dict:
+                chunk: int = 256, device=None) -> dict:
     """Evaluate the game on coalitions ``masks``: for each :math:`S`, train a model on :math:`\\mathcal D_S`
     and compute every global property of its samples.
 
@@ -158,7 +158,9 @@ def subset_game(masks, X, owner, schedule: Schedule, steps: int, init: dict[str,
     ``hidden`` is the width of models trained from scratch and of the null model. The empty coalition gets
     the untrained (null) model's value, as in the official code. Returns a dict
     with one array per property (aligned with ``masks``) and ``"cpu_seconds"``, the CPU time spent
-    (training plus sampling; fine-tuning excludes the one-off cost of ``init``).
+    (training plus sampling; fine-tuning excludes the one-off cost of ``init``). ``device`` is where the
+    models train and sample (default: the CPU, or the device of ``init``); the values are the same numbers on
+    the CPU whatever the argument.
     """
     masks = np.asarray(masks, dtype=bool)
     if masks.ndim != 2:
@@ -176,8 +178,8 @@ def subset_game(masks, X, owner, schedule: Schedule, steps: int, init: dict[str,
         else:
             theta = _replicate(init, len(rows))
         theta = train_denoisers(theta, X, owner, masks[rows], schedule, steps, lr=lr, batch=batch,
-                                seed=seed * 100_003 + c0)
-        props = global_properties(sample_denoisers(theta, n_samples, schedule, seed=seed + c0))
+                                seed=seed * 100_003 + c0, device=device)
+        props = global_properties(sample_denoisers(theta, n_samples, schedule, seed=seed + c0).cpu())
         for name, vals in props.items():
             out[name][rows] = vals
     if len(empty):
