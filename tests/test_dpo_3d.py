@@ -33,40 +33,6 @@ def test_dpo_loss_matches_closed_form_of_trl_sigmoid_loss():
     assert torch.allclose(out.margin, out.chosen_reward - out.rejected_reward)
 
 
-def test_dpo_loss_agrees_with_trl_dpo_trainer(tmp_path):
-    """End to end: TRL's own DPOTrainer.compute_loss on a tiny random GPT-2 equals dpo_loss on our log-probs."""
-    from datasets import Dataset
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-    from trl import DPOConfig, DPOTrainer
-
-    from companion_lib.tinylm import gpt2_config, response_logprobs, tiny_causal_lm
-
-    words = ["[PAD]", "[EOS]", "a", "b", "c", "d", "e", "f"]
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[PAD]"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", eos_token="[EOS]")
-    data = Dataset.from_dict({"prompt": ["a b", "c d", "e f", "b a"],
-                              "chosen": [" c d", " e f", " a b", " f f"],
-                              "rejected": [" d c", " f e", " b b", " e e"]})
-    cfg = gpt2_config(len(words), n_positions=16, n_embd=16)
-    policy, ref = tiny_causal_lm(cfg, seed=0), tiny_causal_lm(cfg, seed=1)
-    beta = 0.3
-    args = DPOConfig(output_dir=str(tmp_path), beta=beta, per_device_train_batch_size=4,
-                     report_to="none", use_cpu=True, save_strategy="no")
-    trainer = DPOTrainer(model=policy, ref_model=ref, args=args, train_dataset=data, processing_class=hf_tok)
-    batch = next(iter(trainer.get_train_dataloader()))
-    trl_loss = trainer.compute_loss(trainer.model, batch)
-    ids = batch["input_ids"]
-    assert bool((batch["completion_mask"][:, :2] == 0).all()) and bool((batch["completion_mask"][:, 2:] == 1).all())
-    with torch.no_grad():
-        lp = response_logprobs(policy, ids[:, :2], ids[:, 2:])
-        lp_ref = response_logprobs(ref, ids[:, :2], ids[:, 2:])
-    (lc, lr), (rc, rr) = lp.chunk(2), lp_ref.chunk(2)     # TRL's batch is [chosen..., rejected...]
-    ours = dpo_loss(lc, lr, rc, rr, beta).loss
-    assert abs(float(trl_loss) - float(ours)) < 1e-5
-
-
 def _trl_trainer(tmp_path, beta, **config):
     """TRL's DPOTrainer on a tiny random GPT-2 and four pairs whose completions all have the same length."""
     from datasets import Dataset
@@ -89,6 +55,24 @@ def _trl_trainer(tmp_path, beta, **config):
                      report_to="none", use_cpu=True, save_strategy="no", **config)
     trainer = DPOTrainer(model=policy, ref_model=ref, args=args, train_dataset=data, processing_class=hf_tok)
     return trainer, policy, ref
+
+
+def test_dpo_loss_agrees_with_trl_dpo_trainer(tmp_path):
+    """End to end: TRL's own DPOTrainer.compute_loss on a tiny random GPT-2 equals dpo_loss on our log-probs."""
+    from companion_lib.tinylm import response_logprobs
+
+    beta = 0.3
+    trainer, policy, ref = _trl_trainer(tmp_path, beta)
+    batch = next(iter(trainer.get_train_dataloader()))
+    trl_loss = trainer.compute_loss(trainer.model, batch)
+    ids = batch["input_ids"]
+    assert bool((batch["completion_mask"][:, :2] == 0).all()) and bool((batch["completion_mask"][:, 2:] == 1).all())
+    with torch.no_grad():
+        lp = response_logprobs(policy, ids[:, :2], ids[:, 2:])
+        lp_ref = response_logprobs(ref, ids[:, :2], ids[:, 2:])
+    (lc, lr), (rc, rr) = lp.chunk(2), lp_ref.chunk(2)     # TRL's batch is [chosen..., rejected...]
+    ours = dpo_loss(lc, lr, rc, rr, beta).loss
+    assert abs(float(trl_loss) - float(ours)) < 1e-5
 
 
 def test_sft_term_matches_trl_sft_loss_per_token(tmp_path):
