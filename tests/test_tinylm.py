@@ -162,12 +162,36 @@ from companion_lib.tinylm import (ActivationStore, capture_activations, cached_r
                                   train_lm, word_tokenizer)
 
 
-@pytest.fixture(params=["gpt2", "llama"])
+def _real_class_lm(name: str, vocab: int = 12, seed: int = 1):
+    """A tiny randomly initialised instance of a real checkpoint class (the papers' architectures): two
+    blocks, width 16, built from its own config, as issue 39's tests without downloads ask."""
+    import transformers as tf
+
+    small = dict(vocab_size=vocab, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
+                 max_position_embeddings=16, pad_token_id=0, bos_token_id=2, eos_token_id=2)
+    config, cls = {"neox": (tf.GPTNeoXConfig, tf.GPTNeoXForCausalLM), "olmo": (tf.OlmoConfig, tf.OlmoForCausalLM),
+                   "olmo2": (tf.Olmo2Config, tf.Olmo2ForCausalLM)}[name]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return cls(config(**small)).eval()
+
+
+LM_CLASSES = ["gpt2", "llama", "neox", "olmo", "olmo2"]
+
+
+def _lm12(name: str):
+    if name in ("gpt2", "llama"):
+        cfg = (gpt2_config(12, n_positions=16, n_embd=16) if name == "gpt2"
+               else llama_config(12, hidden_size=16, max_position_embeddings=16))
+        return tiny_causal_lm(cfg, seed=1)
+    return _real_class_lm(name)
+
+
+@pytest.fixture(params=LM_CLASSES)
 def lm12(request):
-    """A 2-block model over a 12-token vocabulary."""
-    cfg = (gpt2_config(12, n_positions=16, n_embd=16) if request.param == "gpt2"
-           else llama_config(12, hidden_size=16, max_position_embeddings=16))
-    return tiny_causal_lm(cfg, seed=1)
+    """A 2-block model over a 12-token vocabulary: the book's GPT-2 and Llama, and tiny instances of the
+    other classes the papers used (GPT-NeoX for Pythia, OLMo, OLMo-2), so every hook runs on each."""
+    return _lm12(request.param)
 
 
 def test_word_tokenizer_roundtrip_padding_and_save(tmp_path):
@@ -209,7 +233,7 @@ def test_layer_adapter_finds_blocks_and_norm(lm12):
     ad = layer_adapter(lm12)
     assert ad.n_layers == 2
     names = {type(ad.final_norm).__name__}
-    assert names <= {"LayerNorm", "LlamaRMSNorm"}
+    assert names <= {"LayerNorm", "LlamaRMSNorm", "OlmoLayerNorm", "Olmo2RMSNorm"}
     with pytest.raises(TypeError, match="causal LM"):
         layer_adapter(torch.nn.Linear(2, 2))
 
@@ -371,3 +395,59 @@ def test_activation_store_and_splice(lm12):
     assert abs(ident["rise"]) < 1e-5
     zero = spliced_loss(lm12, ids, 1, lambda h: torch.zeros_like(h), attention_mask=mask)
     assert zero["spliced"] != pytest.approx(zero["clean"])
+
+
+# ---- real checkpoints (issue 39): loaded from a folder as a hub id would be, refused early when they cannot run ----
+
+from companion_lib.tinylm import SUPPORTED_CAUSAL_LMS, causal_lm_config, load_causal_lm, parameter_bytes
+
+
+def _save_checkpoint(model, folder):
+    model.save_pretrained(folder)
+    word_tokenizer([f"w{i}" for i in range(model.config.vocab_size - 3)]).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("name", LM_CLASSES)
+def test_load_causal_lm_round_trips_every_supported_class(name, tmp_path):
+    lm12 = _lm12(name)
+    folder = _save_checkpoint(lm12, tmp_path / name)
+    loaded = load_causal_lm(folder, device="cpu")
+    assert loaded.architecture == type(lm12).__name__ in SUPPORTED_CAUSAL_LMS
+    assert loaded.dtype == torch.float32 and not loaded.model.training
+    ids = torch.tensor([[3, 4, 5, 6]])
+    with torch.no_grad():
+        assert torch.allclose(loaded.model(input_ids=ids).logits, lm12(input_ids=ids).logits, atol=1e-6)
+    assert loaded.tokenizer("w0 w1")["input_ids"] == [3, 4]
+    half = load_causal_lm(folder, device="cpu", dtype="bfloat16")
+    assert next(half.model.parameters()).dtype == torch.bfloat16
+    n = sum(p.numel() for p in lm12.parameters())
+    assert parameter_bytes(lm12.config) == 4 * n and parameter_bytes(lm12.config, torch.float16) == 2 * n
+
+
+def test_load_causal_lm_refuses_before_reading_weights(tmp_path):
+    from transformers import GPT2Config, GPT2ForSequenceClassification
+
+    lm = tiny_causal_lm(gpt2_config(12, n_positions=16, n_embd=16), seed=0)
+    folder = _save_checkpoint(lm, tmp_path / "ok")
+    need = parameter_bytes(lm.config)
+    with pytest.raises(ValueError, match="GiB free"):                       # too large for the device
+        load_causal_lm(folder, device="cpu", free_bytes=need)              # (headroom 1.2 does not fit)
+    assert load_causal_lm(folder, device="cpu", free_bytes=2 * need).architecture == "GPT2LMHeadModel"
+    classifier = GPT2ForSequenceClassification(GPT2Config(vocab_size=12, n_positions=16, n_embd=16, n_layer=1,
+                                                          n_head=2, pad_token_id=0))
+    classifier.save_pretrained(tmp_path / "cls")
+    with pytest.raises(ValueError, match="GPT2ForSequenceClassification.*GPTNeoXForCausalLM"):
+        causal_lm_config(tmp_path / "cls")                               # unsupported class: the choices named
+    with pytest.raises(ValueError, match="cannot load the config"):
+        load_causal_lm(tmp_path / "missing", device="cpu")
+    (tmp_path / "notok").mkdir()
+    (tmp_path / "notok" / "config.json").write_text((folder / "config.json").read_text())
+    with pytest.raises(ValueError, match="cannot load the (tokenizer|weights)"):
+        load_causal_lm(tmp_path / "notok", device="cpu")                  # config without weights or tokenizer
+    with pytest.raises(ValueError, match="dtype"):
+        load_causal_lm(folder, device="cpu", dtype="float64")
+    with pytest.raises(TypeError, match="hub id"):
+        load_causal_lm(3)
+    with pytest.raises(ValueError, match="not available"):
+        load_causal_lm(folder, device="cuda:7")

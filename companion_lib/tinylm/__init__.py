@@ -17,6 +17,9 @@ reader with hub access can pass a real checkpoint instead of the tiny models the
 * Inside the model: :func:`layer_adapter` (blocks, final norm, unembedding), :func:`capture_activations`,
   :func:`patch_activations`, :func:`run_from_layer`, :func:`decode_hidden`, :func:`hidden_jacobian`.
 * For sparse autoencoders: :class:`ActivationStore`, :func:`spliced_loss`.
+* Real checkpoints: :func:`load_causal_lm` (a hub id or a saved folder, with its tokenizer, on the GPU when
+  present), refusing before any weights are read an architecture outside :data:`SUPPORTED_CAUSAL_LMS`, a
+  checkpoint that does not load, or one too large for the device (:func:`parameter_bytes`).
 """
 
 from .model import (LastTokenScorer, gpt2_config, last_positions, llama_config, non_embedding_params,
@@ -28,9 +31,12 @@ from .tokenizer import SPECIAL_TOKENS, word_tokenizer
 from .hooks import (LayerAdapter, capture_activations, decode_hidden, hidden_jacobian, layer_adapter,
                     patch_activations, run_from_layer)
 from .activations import ActivationStore, spliced_loss
+from .hub import SUPPORTED_CAUSAL_LMS, LoadedLM, causal_lm_config, free_memory_bytes, load_causal_lm, parameter_bytes
 
 __all__ = [
-    "ActivationStore", "LastTokenScorer", "LayerAdapter", "PrefixCache", "SPECIAL_TOKENS", "TrainResult",
+    "ActivationStore", "LastTokenScorer", "LayerAdapter", "LoadedLM", "PrefixCache", "SPECIAL_TOKENS",
+    "SUPPORTED_CAUSAL_LMS", "TrainResult", "causal_lm_config", "free_memory_bytes", "load_causal_lm",
+    "parameter_bytes",
     "all_responses", "cache_kwarg", "cached_response_logprobs", "capture_activations", "crop_cache",
     "decode_hidden", "encode_pairs", "exact_response_logprobs", "gpt2_config", "hidden_jacobian",
     "last_positions", "layer_adapter", "llama_config", "lm_loss", "minibatches", "non_embedding_params",

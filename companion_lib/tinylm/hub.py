@@ -1,0 +1,156 @@
+r"""Real causal LMs for the language-model chapters: a checkpoint loaded with its tokenizer, checked first.
+
+The chapters' tiny models are Hugging Face causal LMs, so every function of :mod:`companion_lib.tinylm`
+(scoring, caches, hooks, the logit lens, Jacobians) also takes the architectures the papers used. This
+module loads one of them, from a hub id (``"EleutherAI/pythia-160m"``) or a local folder written by
+``save_pretrained``, and refuses, **before any weights are read**, what the hooks cannot handle:
+
+* an architecture outside :data:`SUPPORTED_CAUSAL_LMS` (its config names it; the error lists the choices);
+* a checkpoint whose config or tokenizer does not load (the error names the path and the cause);
+* a model whose parameters alone need more memory than the device has free (:func:`parameter_bytes`
+  counts them on PyTorch's ``meta`` device, which allocates nothing).
+
+On the book's machines nothing is downloaded; the tests save tiny randomly initialised instances of each
+supported class to a folder and load them back through :func:`load_causal_lm`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..common.device import device as _device
+
+__all__ = ["SUPPORTED_CAUSAL_LMS", "LoadedLM", "causal_lm_config", "parameter_bytes", "free_memory_bytes",
+           "load_causal_lm"]
+
+#: Architectures (the ``architectures`` entry of a checkpoint's config) whose blocks, final norm and
+#: unembedding :func:`companion_lib.tinylm.layer_adapter` finds, tested on tiny instances of each.
+SUPPORTED_CAUSAL_LMS = ("GPT2LMHeadModel", "GPTNeoXForCausalLM", "OlmoForCausalLM", "Olmo2ForCausalLM",
+                        "LlamaForCausalLM")
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class LoadedLM:
+    """A loaded checkpoint: the model (in eval mode, on ``device``), its tokenizer, and where it came from."""
+
+    model: nn.Module
+    tokenizer: object
+    source: str
+    architecture: str
+    device: torch.device
+    dtype: torch.dtype
+
+
+def _source(model: object) -> str:
+    if isinstance(model, Path):
+        return str(model)
+    if not isinstance(model, str) or not model.strip():
+        raise TypeError(f"model must be a hub id (e.g. 'EleutherAI/pythia-160m') or a local folder, "
+                        f"got {type(model).__name__}")
+    return model
+
+
+def causal_lm_config(model: str | Path):
+    """The checkpoint's config, with its architecture checked against :data:`SUPPORTED_CAUSAL_LMS`.
+
+    Raises ``ValueError`` naming the checkpoint when its config does not load (no such folder, no network,
+    not a Hugging Face checkpoint) or when its architecture is not supported (the error lists the choices).
+    """
+    from transformers import AutoConfig
+
+    source = _source(model)
+    try:
+        config = AutoConfig.from_pretrained(source)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ValueError(f"cannot load the config of {source!r} (a hub id needs network access; a folder needs "
+                         f"the config.json that save_pretrained writes): {exc}") from None
+    archs = list(getattr(config, "architectures", None) or [])
+    supported = [a for a in archs if a in SUPPORTED_CAUSAL_LMS]
+    if not supported:
+        raise ValueError(f"{source!r} is a {', '.join(archs) or type(config).__name__} checkpoint; the book's "
+                         f"hooks support the causal LMs {', '.join(SUPPORTED_CAUSAL_LMS)}")
+    return config
+
+
+def parameter_bytes(config, dtype: torch.dtype = torch.float32) -> int:
+    """Bytes that the parameters of a model built from ``config`` take in ``dtype``, counted on the
+    ``meta`` device (no memory is allocated; tied embeddings are counted once)."""
+    from transformers import AutoModelForCausalLM
+
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+    with torch.device("meta"):
+        skeleton = AutoModelForCausalLM.from_config(config)
+    n = sum(p.numel() for p in skeleton.parameters())   # parameters() yields a tied tensor once
+    return n * torch.empty((), dtype=dtype).element_size()
+
+
+def free_memory_bytes(dev: torch.device) -> int:
+    """Free memory of ``dev``: ``torch.cuda.mem_get_info`` on a GPU, the available RAM otherwise."""
+    dev = torch.device(dev)
+    if dev.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(dev)
+        return int(free)
+    try:
+        import psutil
+        return int(psutil.virtual_memory().available)
+    except ImportError:  # pragma: no cover - psutil ships with the book's environment
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+
+
+def load_causal_lm(model: str | Path, *, device: str | torch.device | None = None, dtype: str | None = None,
+                   headroom: float = 1.2, free_bytes: int | None = None) -> LoadedLM:
+    """Load a supported causal LM and its tokenizer, after checking that it can run here.
+
+    Parameters
+    ----------
+    model:
+        A hub id or a local folder written by ``save_pretrained`` (model and tokenizer).
+    device:
+        Where to run (default :func:`companion_lib.common.device`: the GPU when present).
+    dtype:
+        ``"float32"``, ``"float16"`` or ``"bfloat16"``; default ``float16`` on a GPU (the norm for these
+        checkpoints) and ``float32`` on the CPU.
+    headroom:
+        The parameters times ``headroom`` must fit in the device's free memory (activations need the rest).
+    free_bytes:
+        The free memory to check against (default :func:`free_memory_bytes`; the tests pass a small value).
+
+    Every check runs before the weights are read, so a wrong choice fails in seconds, not after a download.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = _source(model)
+    dev = _device(None if device is None else str(device))
+    if dtype is None:
+        dtype = "float16" if dev.type == "cuda" else "float32"
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
+    if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or headroom < 1:
+        raise ValueError(f"headroom must be a number >= 1, got {headroom!r}")
+    torch_dtype = _DTYPES[dtype]
+    config = causal_lm_config(source)
+    need = parameter_bytes(config, torch_dtype)
+    free = free_memory_bytes(dev) if free_bytes is None else int(free_bytes)
+    if need * headroom > free:
+        raise ValueError(f"{source!r} needs about {need / 2**30:.2f} GiB for its parameters in {dtype} "
+                         f"(x{headroom} with activations) but {dev} has {free / 2**30:.2f} GiB free: choose a "
+                         f"smaller model, dtype='float16'/'bfloat16', or a GPU")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"cannot load the tokenizer of {source!r}: {exc}") from None
+    try:
+        lm = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype)
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        raise ValueError(f"cannot load the weights of {source!r}: {exc}") from None
+    lm = lm.to(dev).eval()
+    arch = next(a for a in config.architectures if a in SUPPORTED_CAUSAL_LMS)
+    return LoadedLM(model=lm, tokenizer=tokenizer, source=source, architecture=arch, device=dev, dtype=torch_dtype)
