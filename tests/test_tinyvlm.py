@@ -398,3 +398,65 @@ def test_train_bad_input(tiny_train_config):
         tv.TrainConfig(batch_size=0)
     with pytest.raises(ValueError, match="divisible"):
         tv.tiny_llama_config(hidden_size=30, n_head=8)
+
+
+# ---- the same hooks on a real LlavaForConditionalGeneration (issue 39): a tiny random instance, no downloads ----
+
+@pytest.fixture(scope="module")
+def llava():
+    from transformers import LlavaForConditionalGeneration
+
+    torch.manual_seed(0)
+    model = LlavaForConditionalGeneration(tv.tiny_llava_config()).eval()
+    n_img = (8 // 4) ** 2
+    ids = torch.tensor([[1] + [39] * n_img + [5, 6, 7], [2] + [39] * n_img + [8, 9, 10]])
+    pixels = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(1))
+    return model, ids, pixels
+
+
+def test_llava_image_tokens_and_book_attention(llava):
+    model, ids, pixels = llava
+    assert tv.image_token_positions(model, ids).tolist() == [[1, 2, 3, 4]] * 2
+    assert tv.image_slice(model, ids) == slice(1, 5)
+    with torch.no_grad():
+        book = model(input_ids=ids, pixel_values=pixels).logits
+        model.set_attn_implementation({"text_config": "eager"})
+        eager = model(input_ids=ids, pixel_values=pixels).logits
+        tv.use_book_attention(model)
+    assert torch.allclose(book, eager, atol=1e-5)            # the book's attention computes the same model
+    with pytest.raises(ValueError, match="no image token"):
+        tv.image_token_positions(model, torch.tensor([[1, 5, 6]]))
+    with pytest.raises(ValueError, match="different numbers"):
+        tv.image_token_positions(model, torch.tensor([[39, 39, 5], [39, 5, 6]]))
+    with pytest.raises(ValueError, match="one block"):
+        tv.image_slice(model, torch.tensor([[39, 5, 39]]))
+    with pytest.raises(TypeError, match="LlavaForConditionalGeneration"):
+        tv.image_token_positions(torch.nn.Linear(2, 2), ids)
+    with pytest.raises(ValueError, match="divisible"):
+        tv.tiny_llava_config(hidden_size=15)
+
+
+def test_llava_hooks_record_edit_and_lens(llava):
+    model, ids, pixels = llava
+    n_layer, n_head = model.config.text_config.num_hidden_layers, model.config.text_config.num_attention_heads
+    with torch.no_grad():
+        clean = model(input_ids=ids, pixel_values=pixels).logits
+        with tv.record_attention(model) as att, tv.record_residual(model) as res:
+            model(input_ids=ids, pixel_values=pixels)
+        assert len(att) == n_layer and att[0][0].shape == (2, n_head, ids.shape[1], ids.shape[1])
+        assert torch.allclose(att[1][0].sum(-1), torch.ones(2, n_head, ids.shape[1]), atol=1e-5)
+        assert len(res) == n_layer + 1
+        assert torch.allclose(tv.logit_lens(model, res[-1]), clean, atol=1e-5)   # the lens at the top = logits
+        with tv.head_mask(model, [(1, 0)], scale=1.0):
+            assert torch.allclose(model(input_ids=ids, pixel_values=pixels).logits, clean, atol=1e-6)
+        with tv.head_mask(model, [(1, 0)]):
+            masked = model(input_ids=ids, pixel_values=pixels).logits
+        assert not torch.allclose(masked, clean, atol=1e-4)
+        sl = tv.image_slice(model, ids)
+        with tv.reweight_image(model, [(0, 1)], 4.0, image_slice=sl, text_start=sl.stop):
+            more_image = model(input_ids=ids, pixel_values=pixels).logits
+        assert torch.allclose(more_image[:, :sl.stop], clean[:, :sl.stop], atol=1e-6)  # only text queries edited
+        assert not torch.allclose(more_image[:, sl.stop:], clean[:, sl.stop:], atol=1e-4)
+        with tv.residual_edit(model, 0, lambda h: h):
+            assert torch.allclose(model(input_ids=ids, pixel_values=pixels).logits, clean, atol=1e-6)
+    assert not any(len(layer._forward_hooks) for layer in tv.language_model_parts(model)[0])

@@ -9,6 +9,8 @@ hallucination heads (16) and on the logit lens of image tokens (17).
   recording of attention maps and of the residual stream, as context managers that always clean up.
 * :mod:`.train` -- LLaVA's three stages (text pre-training, alignment with the LM frozen, tuning),
   deterministic and cached: :func:`trained_world`, :func:`build_model`.
+* :mod:`.llava` -- the same hooks on a real ``LlavaForConditionalGeneration``: the book's attention in its
+  language model, image-token positions, the logit lens; :func:`tiny_llava_config` for tests without downloads.
 * :mod:`.checkpoint` -- the worlds of the default seeds, shipped as checkpoints that ``make worlds`` writes
   and the test suite re-trains and compares (bit for bit where the processor rounds as the one that made them;
   elsewhere the recipe stage by stage, :func:`stage_prefixes`, and the behaviour the chapters read);
@@ -17,6 +19,8 @@ hallucination heads (16) and on the logit lens of image tokens (17).
 
 from .hooks import (adaptive_deactivation, attention_edit, check_heads, head_mask, module_ablation,
                     record_attention, record_residual, residual_edit, reweight_image, reweight_text)
+from .llava import (image_slice, image_token_positions, language_model_parts, logit_lens, tiny_llava_config,
+                    use_book_attention)
 from .model import (ATTN_IMPLEMENTATION, IMAGE_SLICE, TEXT_START, TinyVLM, as_patches, caption_batch,
                     greedy_captions, tiny_llama_config)
 from .train import STAGES, TrainConfig, World, build_model, caption_loss, stage_prefixes, train_world, trained_world
@@ -31,5 +35,6 @@ __all__ = [
     "caption_loss", "chair", "check_heads", "decode_caption", "encode_caption", "greedy_captions",
     "head_mask", "make_split", "module_ablation", "patchify", "record_attention", "record_residual", "render",
     "residual_edit", "reweight_image", "reweight_text", "sketch_tokens", "STAGES", "stage_prefixes", "train_world",
-    "trained_world",
+    "trained_world", "image_slice", "image_token_positions", "language_model_parts", "logit_lens",
+    "tiny_llava_config", "use_book_attention",
 ]

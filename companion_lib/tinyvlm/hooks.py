@@ -32,10 +32,20 @@ __all__ = [
 ]
 
 
+_LAYER_PATHS = (("layers",), ("model", "layers"), ("model", "language_model", "layers"))
+
+
 def _layers(model):
-    if hasattr(model, "layers"):
-        return model.layers
-    return model.model.layers
+    """The decoder blocks: ``model.layers`` (:class:`TinyVLM`, a bare ``LlamaModel``), ``model.model.layers``
+    (``LlamaForCausalLM``) or ``model.model.language_model.layers`` (``LlavaForConditionalGeneration``)."""
+    for path in _LAYER_PATHS:
+        obj = model
+        for name in path:
+            obj = getattr(obj, name, None)
+        if isinstance(obj, torch.nn.ModuleList):
+            return obj
+    raise TypeError(f"cannot find the decoder blocks of {type(model).__name__} (expected a TinyVLM, a Llama "
+                    f"decoder or a LlavaForConditionalGeneration)")
 
 
 def _shape(model) -> tuple[int, int]:
