@@ -186,6 +186,24 @@ def test_event_unet_uses_events_and_unet_ignores_them():
 def test_build_model_rejects_unknown_names():
     with pytest.raises(ValueError, match="name"):
         ei.build_model("PyNet")
+    with pytest.raises(ValueError, match="residual"):
+        ei.build_model("TwoStage", residual=False)
+
+
+@pytest.mark.parametrize("name", ["UNet", "EV-UNet"])
+def test_from_scratch_models_ignore_the_conventional_output(name):
+    """A residual model's prediction is the conventional output plus its correction (at start, the output
+    itself); a from-scratch model's prediction does not depend on the conventional output at all."""
+    torch.manual_seed(0)
+    n = 3
+    tensors = {"raw": torch.rand(n, 4, 8, 8), "events": torch.rand(n, 3, 8, 8), "base": torch.rand(n, 3, 16, 16)}
+    other = dict(tensors, base=torch.rand(n, 3, 16, 16))
+    residual = ei.build_model(name, width=4, event_bins=3)
+    scratch = ei.build_model(name, width=4, event_bins=3, residual=False)
+    assert np.allclose(ei.predict_isp(residual, tensors), np.moveaxis(tensors["base"].numpy(), 1, -1), atol=1e-6)
+    assert not np.allclose(ei.predict_isp(residual, tensors), ei.predict_isp(residual, other))
+    assert np.allclose(ei.predict_isp(scratch, tensors), ei.predict_isp(scratch, other))
+    assert torch.count_nonzero(scratch.head.weight) > 0      # default initialisation, not the residual's zeros
 
 
 def test_training_reduces_the_loss():

@@ -1,5 +1,6 @@
 """The book-scale benchmark: calibrate the conventional ISP, simulate train and test captures, train one
-model per class in the residual set-up, score everything per exposure mode and on a blur sweep.
+model per class in the residual set-up (and, optionally, the UNets from scratch), score everything per
+exposure mode and on a blur sweep.
 
 One call of :func:`run_benchmark` is one seed; the reproduce notebook caches it on disk
 (``companion_lib.common.disk_cache``) and the exercises reuse the cache.
@@ -59,11 +60,13 @@ def _scores(name: str, prediction: np.ndarray, data: dict) -> list[dict]:
 
 def run_benchmark(seed: int, n_train: int = 512, n_test: int = 64, size: int = 32, max_blur: float = 12.0,
                   exposures=(1.0, 0.25), steps: int = 300, batch: int = 16, lr: float = 3e-3, width: int = 16,
-                  event_bins: int = 8, threshold: float = 0.15, models=MODEL_ORDER,
+                  event_bins: int = 8, threshold: float = 0.15, models=MODEL_ORDER, scratch_models=(),
                   sweep_blurs=(0, 4, 8, 12), n_sweep: int = 64, n_examples: int = 4) -> dict:
-    """One seed of the benchmark. Returns ``table`` (one row per model and exposure mode: PSNR, SSIM, L1,
-    plus params and ms/step), ``sweep`` (PSNR/SSIM per model at each fixed blur), ``calibration``
-    (:func:`calibration_report`), ``losses`` and ``examples`` (a few test inputs and outputs)."""
+    """One seed of the benchmark. ``models`` are trained in the residual set-up, ``scratch_models`` (UNet,
+    EV-UNet) from scratch, named ``"<name> (scratch)"`` in the results. Returns ``table`` (one row per model
+    and exposure mode: PSNR, SSIM, L1, plus params and ms/step), ``sweep`` (PSNR/SSIM per model at each
+    fixed blur), ``calibration`` (:func:`calibration_report`), ``losses`` and ``examples`` (a few test inputs
+    and outputs)."""
     seed = check_int(seed, "seed", low=0)
     n_train, n_test = check_positive_int(n_train, "n_train"), check_positive_int(n_test, "n_test")
     rng = np.random.default_rng([seed, 15])
@@ -90,18 +93,19 @@ def run_benchmark(seed: int, n_train: int = 512, n_test: int = 64, size: int = 3
         np.moveaxis(t["base"].numpy(), 1, -1), sweep_sets[b]["target"]).items()}} for b, t in sweep_t.items()]
     losses, examples = {}, {"target": test["target"][:n_examples], "conventional": base[:n_examples],
                             "events": test["events"][:n_examples], "blur": test["blur"][:n_examples]}
-    for k, name in enumerate(models):
+    runs = [(name, name, True) for name in models] + [(f"{name} (scratch)", name, False) for name in scratch_models]
+    for k, (label, name, residual) in enumerate(runs):
         torch.manual_seed(seed * 100 + k)
-        model = build_model(name, width=width, event_bins=event_bins)
+        model = build_model(name, width=width, event_bins=event_bins, residual=residual)
         fit = train_isp(model, train_t, steps=steps, batch=batch, lr=lr, seed=seed * 100 + k)
-        losses[name] = fit["loss"]
+        losses[label] = fit["loss"]
         prediction = predict_isp(model, test_t)
-        examples[name] = prediction[:n_examples]
+        examples[label] = prediction[:n_examples]
         rows += [dict(r, params=count_parameters(model), ms_per_step=fit["ms_per_step"])
-                 for r in _scores(name, prediction, test)]
+                 for r in _scores(label, prediction, test)]
         for b, t in sweep_t.items():
             m = image_metrics(predict_isp(model, t), sweep_sets[b]["target"])
-            sweep_rows.append({"model": name, "blur": b, **{k2: float(v.mean()) for k2, v in m.items()}})
+            sweep_rows.append({"model": label, "blur": b, **{k2: float(v.mean()) for k2, v in m.items()}})
     table = pd.DataFrame(rows).assign(seed=seed)
     sweep = pd.DataFrame(sweep_rows).assign(seed=seed)
     return {"table": table, "sweep": sweep, "calibration": calibration_report(isp, sensor), "losses": losses,
