@@ -8,7 +8,6 @@ $G_j=\sum_\alpha\gamma_\alpha\Pi_\alpha+\gamma_{res}H_{res}$, estimated from a s
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -133,6 +132,27 @@ def _sample(theta: torch.Tensor) -> torch.Tensor:
         return (torch.rand_like(theta) < theta).to(theta.dtype)
 
 
+class SurrogateBernoulli(torch.autograd.Function):
+    r"""A stochastic binary unit with a sigmoid surrogate gradient (the paper's backprop baseline).
+
+    Forward: a sample $b\sim\mathrm{Bernoulli}(\sigma(a))$ in $\{0, 1\}$ from the drive $a$. Backward: the
+    sample is treated as if it were $\sigma(a)$, so $\partial b/\partial a := \sigma(a)(1-\sigma(a))$
+    (the official ``ProbabilisticSigmoidFunction``).
+    """
+
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(a)
+        with torch.no_grad():
+            return (torch.rand_like(a) < torch.sigmoid(a)).to(a.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (a,) = ctx.saved_tensors
+        sig = torch.sigmoid(a)
+        return grad_output * sig * (1 - sig)
+
+
 class InfoNet(nn.Module):
     """A hidden infomorphic layer (with lateral recurrence) and an infomorphic output layer.
 
@@ -169,23 +189,36 @@ class InfoNet(nn.Module):
         M = C if c.hidden == "context" else L
         return F * (c.k1 + (1 - c.k1) * 2 * torch.sigmoid(c.k2 * F * M))
 
-    def hidden_forward(self, x, y1hot):
-        """Two lateral passes; returns (sources, theta, sampled outputs in {-1, +1}), each [B, M, N]."""
-        F = torch.einsum("bd,mnd->bmn", x, self.ff_w) + self.ff_b
+    def hidden_forward(self, x, y1hot, surrogate: bool = False):
+        """Two lateral passes; returns (sources, theta, sampled outputs in {-1, +1}), each [B, M, N].
+
+        ``x`` is ``[B, d]`` (one batch for every model) or ``[B, M, d]`` (a batch per model), ``y1hot``
+        likewise ``[B, K]`` or ``[B, M, K]`` (or None: context 0). With ``surrogate=True`` the samples
+        carry the sigmoid surrogate gradient (:class:`SurrogateBernoulli`), for the backprop baseline.
+        """
+        F = torch.einsum("bd,mnd->bmn" if x.ndim == 2 else "bmd,mnd->bmn", x, self.ff_w) + self.ff_b
         if self.cfg.hidden == "random":
             s = torch.where(F >= 0, 1.0, -1.0)
             return [F], None, s
         zeros = torch.zeros_like(F)
-        C = torch.einsum("bk,mnk->bmn", y1hot, self.ctx_w) + self.ctx_b if y1hot is not None else zeros
+        if y1hot is None:
+            C = zeros
+        else:
+            C = torch.einsum("bk,mnk->bmn" if y1hot.ndim == 2 else "bmk,mnk->bmn", y1hot, self.ctx_w) + self.ctx_b
         lateral = self.cfg.hidden in ("trivariate", "lateral")
-        theta = torch.sigmoid(self.activation(F, C, zeros))
+
+        def draw(drive):
+            return 2 * (SurrogateBernoulli.apply(drive) if surrogate else _sample(torch.sigmoid(drive))) - 1
+
+        drive = self.activation(F, C, zeros)
         if lateral:
-            s1 = 2 * _sample(theta) - 1
+            s1 = draw(drive)
             L = torch.einsum("bmj,mnj->bmn", s1, self.lat_w * self.lat_mask) + self.lat_b
-            theta = torch.sigmoid(self.activation(F, C, L))
+            drive = self.activation(F, C, L)
         else:
             L = zeros
-        s = 2 * _sample(theta) - 1
+        theta = torch.sigmoid(drive)
+        s = draw(drive)
         srcs = {"trivariate": [F, C, L], "context": [F, C], "lateral": [F, L]}[self.cfg.hidden]
         return srcs, theta, s
 
@@ -215,13 +248,18 @@ def _atoms(sources, theta, bins):
                           n_sources=len(sources), validate=False, source_grad=False)
 
 
-def predict_proba(net: InfoNet, X: np.ndarray, passes: int) -> np.ndarray:
-    """Output theta [B, M, K] averaged over stochastic passes, context 0, inverted neurons flipped."""
+def predict_proba(net: InfoNet, X, passes: int, flip: bool = True) -> np.ndarray:
+    """Output theta [B, M, K] averaged over stochastic passes, context 0, inverted neurons flipped.
+
+    ``X`` is ``[B, d]`` or ``[B, M, d]`` (a test set per model). ``flip=False`` keeps the output neurons as
+    they are (for the backprop baseline, whose outputs are trained to be the class probabilities).
+    """
     with torch.no_grad():
         x = torch.as_tensor(X)
         theta = torch.stack([net.output_theta(net.hidden_forward(x, None)[2]) for _ in range(passes)]).mean(0)
-        flip = theta.mean(0) >= 0.5      # PID cannot tell Y from 1 - Y: a neuron may learn the inverse code
-        theta = torch.where(flip, 1 - theta, theta)
+        if flip:
+            flip_mask = theta.mean(0) >= 0.5   # PID cannot tell Y from 1 - Y: a neuron may learn the inverse code
+            theta = torch.where(flip_mask, 1 - theta, theta)
     return theta.numpy()
 
 
@@ -233,11 +271,63 @@ def _goal_dict(goal) -> dict:
     return goal
 
 
-def run_models(cfg: TrainConfig, seed: int, goals=None, replicates: int = 1, data=None) -> dict:
-    r"""Train ``len(goals) * replicates`` networks side by side, by local goals only.
+def _splits(seed, replicates: int, data):
+    """Per replicate: (seed, split); a list of seeds gives each replicate its own split."""
+    if isinstance(seed, (list, tuple, np.ndarray)):
+        seeds = [int(s) for s in seed]
+        if not seeds:
+            raise ValueError("seed must be an int or a non-empty list of ints")
+        if data is not None or int(replicates) != 1:
+            raise ValueError("with a list of seeds every replicate draws its own split: pass neither data nor replicates")
+        return seeds, [load_digits_split(s) for s in seeds], True
+    R = int(replicates)
+    if R < 1:
+        raise ValueError(f"replicates must be positive, got {replicates!r}")
+    split = data if data is not None else load_digits_split(int(seed))
+    return [int(seed)] * R, [split] * R, False
 
-    Network ``(g, r)`` has goal ``goals[g]`` (default: ``[cfg.goal]``) and initial weights number ``r``:
-    the goals share the initial weights and the mini-batch order of a replicate, so their differences
+
+def _stack(splits):
+    """Stack the replicates' splits: Xtr [R, n, d], ytr [R, n], Xte [n_te, R, d], yte [n_te, R]."""
+    sizes = {(len(s[0]), len(s[2])) for s in splits}
+    if len(sizes) != 1:
+        raise ValueError("the replicates' splits must have equal sizes")
+    Xtr = np.stack([s[0] for s in splits]); ytr = np.stack([s[1] for s in splits])
+    Xte = np.stack([s[2] for s in splits], axis=1); yte = np.stack([s[3] for s in splits], axis=1)
+    return Xtr, ytr, Xte, yte
+
+
+def _init_replicates(net: InfoNet, seeds, own: bool, n_in: int, K: int, cfg: TrainConfig, G: int) -> None:
+    """Model ``g * R + r`` starts from replicate ``r``'s initial weights (own seed when ``own``)."""
+    R = len(seeds)
+    with torch.no_grad():
+        if own:
+            for r, sd in enumerate(seeds):
+                torch.manual_seed(sd)
+                one = InfoNet(n_in, K, cfg, n_models=1)
+                for p, q in zip(net.parameters(), one.parameters()):
+                    p[r].copy_(q[0])
+        for p in net.parameters():
+            p.copy_(p[:R].repeat(G, *([1] * (p.ndim - 1))))
+
+
+def _batches(seeds, own: bool, n: int, batch: int):
+    """One epoch's mini-batches, [steps] of index arrays [B, R] (each replicate its own order when ``own``)."""
+    def perms(rngs):
+        if own:
+            return np.stack([rng.permutation(n) for rng in rngs], axis=1)
+        p = rngs[0].permutation(n)
+        return np.repeat(p[:, None], len(seeds), axis=1)
+    return perms
+
+
+def run_models(cfg: TrainConfig, seed, goals=None, replicates: int = 1, data=None) -> dict:
+    r"""Train ``len(goals) * R`` networks side by side, by local goals only.
+
+    ``seed`` is an int (``R = replicates`` networks per goal on one split, with initial weights number
+    ``r``) or a list of ``R`` seeds (replicate ``r`` has its own split, initial weights and mini-batch
+    order, all drawn from ``seed[r]``). Network ``(g, r)`` has goal ``goals[g]`` (default: ``[cfg.goal]``):
+    the goals share the split, initial weights and mini-batch order of a replicate, so their differences
     are paired. Each layer's loss is $-\sum_j G_j$ over its neurons; the hidden outputs reach the output
     layer detached, so nothing is backpropagated between layers. Returns test ``accuracy`` ``[G, R]``,
     the hidden neurons' mean ``atoms`` per epoch ``[epochs, G, R, atoms + 1]`` and ``atom_labels``.
@@ -245,18 +335,18 @@ def run_models(cfg: TrainConfig, seed: int, goals=None, replicates: int = 1, dat
     goals = [_goal_dict(g) for g in (goals if goals is not None else [cfg.goal])]
     if not goals:
         raise ValueError("goals must name at least one goal")
-    R, G = int(replicates), len(goals)
-    if R < 1:
-        raise ValueError(f"replicates must be positive, got {replicates!r}")
-    Xtr, ytr, Xte, yte = data if data is not None else load_digits_split(seed)
-    torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
+    seeds, splits, own = _splits(seed, replicates, data)
+    R, G = len(seeds), len(goals)
+    Xtr, ytr, Xte, yte = _stack(splits)
     K = int(max(ytr.max(), yte.max())) + 1
-    net = InfoNet(Xtr.shape[1], K, cfg, n_models=G * R)
+    torch.manual_seed(seeds[0])
+    net = InfoNet(Xtr.shape[-1], K, cfg, n_models=G * R)
+    _init_replicates(net, seeds, own, Xtr.shape[-1], K, cfg, G)
     with torch.no_grad():
-        for p in net.parameters():         # model g * R + r starts from replicate r's weights
-            p.copy_(p[:R].repeat(G, *([1] * (p.ndim - 1))))
         net.out_w.mul_(0.1)
+    torch.manual_seed(seeds[0])
+    rngs = [np.random.default_rng(s) for s in (seeds if own else seeds[:1])]
+    perms = _batches(seeds, own, Xtr.shape[1], cfg.batch)
     N = int(cfg.n_hidden)
     if net.hidden_sources:
         g_hidden = torch.stack([goal_vector(g, net.hidden_sources) for g in goals])        # [G, atoms]
@@ -267,14 +357,17 @@ def run_models(cfg: TrainConfig, seed: int, goals=None, replicates: int = 1, dat
              if net.hidden_sources else None)
     opt_o = torch.optim.Adam([net.out_w, net.out_b], lr=cfg.lr_output, weight_decay=cfg.wd_output)
     eye = torch.eye(K)
-    X_t, y_t = torch.as_tensor(Xtr), torch.as_tensor(ytr)
+    X_t, y_t = torch.as_tensor(Xtr), torch.as_tensor(ytr)      # [R, n, d], [R, n]
+    rep_of_model = torch.arange(G * R) % R
+    cols = torch.arange(R)
     history = []
     for _ in range(cfg.epochs):
-        perm = rng.permutation(len(Xtr))
+        perm = perms(rngs)                                         # [n, R]
         epoch_atoms = []
         for start in range(0, len(perm) - cfg.batch // 2, cfg.batch):
-            ib = torch.as_tensor(perm[start:start + cfg.batch])
-            x, y1 = X_t[ib], eye[y_t[ib]]
+            ib = torch.as_tensor(perm[start:start + cfg.batch])    # [B, R]
+            x = X_t[cols, ib][:, rep_of_model]                     # [B, G*R, d]
+            y1 = eye[y_t[cols, ib]][:, rep_of_model]               # [B, G*R, K]
             srcs, theta, s = net.hidden_forward(x, y1)
             if opt_h is not None:
                 atoms = _atoms(srcs, theta, cfg.bins_hidden)
@@ -286,7 +379,7 @@ def run_models(cfg: TrainConfig, seed: int, goals=None, replicates: int = 1, dat
             h = s.detach()
             theta_o = net.output_theta(h)
             # the label enters 1-to-1 as a +-1 signal (weights fixed to 1), binned into two bins
-            label = (2 * y1 - 1).unsqueeze(1).expand_as(theta_o)
+            label = 2 * y1 - 1
             atoms_o = _atoms([net.output_drive(h), label], theta_o, [cfg.bins_output, 2])
             loss_o = -(atoms_o @ g_out).sum()
             opt_o.zero_grad()
@@ -294,8 +387,8 @@ def run_models(cfg: TrainConfig, seed: int, goals=None, replicates: int = 1, dat
             opt_o.step()
         if epoch_atoms:
             history.append(torch.stack(epoch_atoms).mean(0).numpy())
-    proba = predict_proba(net, Xte, cfg.test_passes)                     # [B, G*R, K]
-    accuracy = (proba.argmax(-1) == yte[:, None]).mean(0).reshape(G, R)
+    proba = predict_proba(net, Xte[:, rep_of_model.numpy()], cfg.test_passes)        # [B, G*R, K]
+    accuracy = (proba.argmax(-1) == yte[:, rep_of_model.numpy()]).mean(0).reshape(G, R)
     labels = atom_labels(net.hidden_sources) + ("H_res",) if net.hidden_sources else ()
     return {"accuracy": accuracy, "atoms": np.array(history), "atom_labels": labels}
 
@@ -307,19 +400,49 @@ def run_experiment(cfg: TrainConfig, seed: int, data=None) -> dict:
     return {"accuracy": float(r["accuracy"][0, 0]), "atoms": atoms, "atom_labels": r["atom_labels"]}
 
 
-def backprop_accuracy(n_hidden: int, seed: int, data=None, max_iter: int = 400) -> float:
-    """The backprop baseline: a sigmoid MLP with one hidden layer (scikit-learn, Adam, cross-entropy)."""
-    from sklearn.exceptions import ConvergenceWarning
-    from sklearn.neural_network import MLPClassifier
-    if int(n_hidden) < 1:
-        raise ValueError(f"n_hidden must be positive, got {n_hidden!r}")
-    Xtr, ytr, Xte, yte = data if data is not None else load_digits_split(seed)
-    clf = MLPClassifier(hidden_layer_sizes=(int(n_hidden),), activation="logistic", max_iter=max_iter,
-                        random_state=seed)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        clf.fit(Xtr, ytr)
-    return float(clf.score(Xte, yte))
+def backprop_accuracy(cfg: TrainConfig, seed, data=None, lr: float = 0.02):
+    r"""The paper's backprop baseline: the same network trained end to end by a surrogate gradient.
+
+    The official ``GlobalBackpropModel``: the trivariate hidden layer of :class:`InfoNet` (label as
+    context, two lateral passes, stochastic binary units whose samples carry the sigmoid surrogate
+    gradient of :class:`SurrogateBernoulli`) and the unmodulated output layer, all weights trained by
+    Adam (the paper's lr 0.001, scaled by the same factor 5 as the book's infomorphic learning rates)
+    on the cross-entropy of the output drives. Tested like the infomorphic networks: context 0,
+    ``cfg.test_passes`` stochastic passes averaged. ``seed`` as in :func:`run_models` (an int gives one
+    network, a float accuracy; a list, one network per seed with its own split, an array of accuracies).
+    """
+    if cfg.hidden != "trivariate":
+        raise ValueError(f"the backprop baseline uses the trivariate hidden layer, got hidden={cfg.hidden!r}")
+    if not lr > 0:
+        raise ValueError(f"lr must be positive, got {lr!r}")
+    seeds, splits, own = _splits(seed, 1, data)
+    R = len(seeds)
+    Xtr, ytr, Xte, yte = _stack(splits)
+    K = int(max(ytr.max(), yte.max())) + 1
+    torch.manual_seed(seeds[0])
+    net = InfoNet(Xtr.shape[-1], K, cfg, n_models=R)
+    _init_replicates(net, seeds, own, Xtr.shape[-1], K, cfg, 1)
+    torch.manual_seed(seeds[0])
+    rngs = [np.random.default_rng(s) for s in (seeds if own else seeds[:1])]
+    perms = _batches(seeds, own, Xtr.shape[1], cfg.batch)
+    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    eye = torch.eye(K)
+    X_t, y_t = torch.as_tensor(Xtr), torch.as_tensor(ytr)
+    cols = torch.arange(R)
+    for _ in range(cfg.epochs):
+        perm = perms(rngs)
+        for start in range(0, len(perm) - cfg.batch // 2, cfg.batch):
+            ib = torch.as_tensor(perm[start:start + cfg.batch])
+            x, y = X_t[cols, ib], y_t[cols, ib]                              # [B, R, d], [B, R]
+            _, _, s = net.hidden_forward(x, eye[y], surrogate=True)
+            logits = net.output_drive(s)                                      # [B, R, K]
+            loss = nn.functional.cross_entropy(logits.reshape(-1, K), y.reshape(-1), reduction="sum") / len(ib)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    proba = predict_proba(net, Xte, cfg.test_passes, flip=False)
+    acc = (proba.argmax(-1) == yte).mean(0)
+    return float(acc[0]) if not isinstance(seed, (list, tuple, np.ndarray)) else acc
 
 
 def with_(cfg: TrainConfig, **kw) -> TrainConfig:
