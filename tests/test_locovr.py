@@ -116,7 +116,10 @@ def test_dataset_samples_and_constant_velocity():
     assert cv.shape == s["fut1"].shape
     X, Y = lv.rasterise(s, 32)
     assert X.shape == (8, 4, 32, 32) and Y.shape == (8, 1, 32, 32) and Y.sum() > 0
-    assert lv.trajectory_features(s).shape == (8, 36) and lv.trajectory_features(s, False).shape == (8, 32)
+    n_map = len(lv.tasks.PATCH_FORWARD) * len(lv.tasks.PATCH_SIDE)
+    assert lv.trajectory_features(s).shape == (8, 36 + n_map)
+    assert lv.trajectory_features(s, False).shape == (8, 32 + n_map)
+    assert lv.trajectory_features(s, False, use_map=False).shape == (8, 32)
     with pytest.raises(ValueError):
         lv.generate_dataset(0, 3, seed=0)
 
@@ -144,9 +147,13 @@ def test_models_train_and_predict():
 
 
 def test_experiment_small():
-    r = lv.run_experiment(0, n_train=8, many=4, few=2, n_test_layouts=2, n_test=4, traj_steps=20)
-    assert len(r["rows"]) == 5 and r["n_test"] == 8
+    r = lv.run_experiment(0, n_train=8, many=4, few=2, single=2, n_test_layouts=2, n_test=4, traj_steps=20,
+                          unet_steps=0)
+    assert r["maps"] is None and r["n_test"] == 8
+    assert set(r["errors"]) == {"constant velocity", *lv.TRAJECTORY_MODELS}
     assert set(r["test_stats"]) == {"efficiency", "min_sep", "duration", "speed"}
+    with pytest.raises(ValueError, match="unet_steps"):
+        lv.run_experiment(0, unet_steps=-1)
 
 
 def test_downsample_keeps_walls_and_connectivity():
@@ -192,109 +199,15 @@ def test_path_chamfers_astar_matches_baseline():
 
 
 def test_experiment_with_map_tasks():
-    r = lv.run_experiment(0, n_train=6, many=3, few=1, n_test_layouts=2, n_test=3, traj_steps=10, unet_steps=3)
+    r = lv.run_experiment(0, n_train=6, many=3, few=1, single=1, n_test_layouts=2, n_test=3, traj_steps=10,
+                          unet_steps=3)
     m = r["maps"]
     assert set(m["chamfer"]) == {"A*", "LocoVR-mini", "THOR-mini"}
     assert set(m["goal"]) == {"random", "nearest furniture", "LocoVR-mini", "THOR-mini"}
     assert all(len(v) == 6 for v in m["chamfer"].values()) and all(len(v) == 6 for v in m["goal"].values())
     assert m["example"]["LocoVR-mini"]["path_prob"].shape == (32, 32)
-    assert set(r["errors"]) == {"constant velocity", "LocoVR-mini + p2", "LocoVR-mini", "THOR-mini + p2", "THOR-mini"}
+    assert set(r["errors"]) == {"constant velocity", "LocoVR-mini + p2", "LocoVR-mini", "THOR-mini + p2", "GIMO-mini"}
     assert all(len(v) == 6 for v in r["errors"].values()) and r["near"].shape == (6,)
-
-
-def test_clears_margin_plain_and_strict():
-    rng = np.random.default_rng(0)
-    b = [np.full(50, 1.0), np.full(50, 1.0)]
-    good = [0.8 + 0.01 * rng.standard_normal(50), 0.8 + 0.01 * rng.standard_normal(50)]
-    assert lv.clears_margin(good, b, 0.9) and lv.clears_margin(good, b, 0.9, strict=True)
-    # one seed misses: the pooled mean clears the margin, the strict form does not
-    mixed = [np.full(50, 0.7), np.full(50, 0.95)]
-    assert lv.clears_margin(mixed, b, 0.9) and not lv.clears_margin(mixed, b, 0.9, strict=True)
-    # noisy: mean below the margin but the interval reaches above it
-    noisy = [0.89 + 0.5 * rng.standard_normal(50), 0.89 + 0.5 * rng.standard_normal(50)]
-    noisy = [x - x.mean() + 0.89 for x in noisy]
-    assert lv.clears_margin(noisy, b, 0.9) and not lv.clears_margin(noisy, b, 0.9, strict=True)
-    with pytest.raises(ValueError, match="paired"):
-        lv.clears_margin([np.ones(3)], [np.ones(4)], 0.9)
-    with pytest.raises(ValueError, match="equal length"):
-        lv.clears_margin([np.ones(3)], [], 0.9)
-
-
-# The fast forms below must give bitwise the numbers of the plain array forms they replace (the book's
-# results were computed with those): each is compared here with the array form written out.
-
-def _reference_walk(occ, clear, gx, gy, routes, x, goals, v0, p):
-    """The simulator's time loop in its plain array form (social_forces, np.linalg.norm, np.cumsum, np.clip)."""
-    size = occ.shape[0]
-
-    def target(route, k, x):
-        d = np.linalg.norm(route[k:] - x, axis=1)
-        k = k + int(np.argmin(d[: max(1, int(6 / (lv.ROOM_M / 64)))]))
-        ahead = np.cumsum(np.r_[0, np.linalg.norm(np.diff(route[k:], axis=0), axis=1)])
-        return route[min(k + int(np.searchsorted(ahead, p.lookahead)), len(route) - 1)], k
-
-    def cell(q):
-        return (int(np.clip(q[1] // (lv.ROOM_M / size), 0, size - 1)), int(np.clip(q[0] // (lv.ROOM_M / size), 0, size - 1)))
-
-    x, v, ks, arrived, traj = x.copy(), np.zeros((2, 2)), [0, 0], np.zeros(2, dtype=bool), [x.copy()]
-    for _ in range(int(p.max_time / p.dt)):
-        e = np.zeros((2, 2))
-        for i in range(2):
-            tgt, ks[i] = target(routes[i], ks[i], x[i])
-            d = tgt - x[i]
-            e[i] = d / (np.linalg.norm(d) + 1e-9)
-        f = lv.social_forces(x, v, e, v0, p)
-        for i in range(2):
-            r, c = cell(x[i])
-            grad = np.array([gx[r, c], gy[r, c]])
-            gn = np.linalg.norm(grad)
-            if gn > 0:
-                f[i] += p.A_wall * np.exp((p.radius - clear[r, c]) / p.B_wall) * grad / gn
-        v = v + p.dt * f
-        speed = np.linalg.norm(v, axis=1, keepdims=True)
-        v = np.where(speed > 1.3 * v0[:, None], v * 1.3 * v0[:, None] / np.maximum(speed, 1e-9), v)
-        v[arrived] = 0.0
-        for i in range(2):
-            if arrived[i]:
-                continue
-            new = x[i] + p.dt * v[i]
-            if occ[cell(new)]:
-                for trial in (np.array([new[0], x[i][1]]), np.array([x[i][0], new[1]])):
-                    if not occ[cell(trial)]:
-                        new = trial
-                        break
-                else:
-                    new = x[i]
-                v[i] = (new - x[i]) / p.dt
-            x[i] = new
-            if np.linalg.norm(x[i] - goals[i]) < p.goal_tol:
-                arrived[i] = True
-                v[i] = 0.0
-        traj.append(x.copy())
-        if arrived[0]:
-            break
-    return np.array(traj), bool(arrived[0])
-
-
-def test_fast_walk_is_bitwise_the_array_form():
-    from companion_lib.locovr import sim
-    p = lv.SocialForceParams()
-    for seed in range(6):
-        rng = np.random.default_rng(seed)
-        occ = lv.make_floorplan(rng)
-        clear, gy, gx, cost, free = sim._layout_maps(occ.tobytes(), occ.shape)
-        assert np.array_equal(clear, lv.clearance_m(occ)) and np.array_equal(cost, lv.route_cost(occ))
-        assert np.array_equal(free, np.argwhere(lv.clearance_m(occ) >= 0.35))
-        r1, r2 = np.random.default_rng(seed), np.random.default_rng(seed)
-        assert np.array_equal(lv.sample_free_point(r1, occ, free=free), lv.sample_free_point(r2, occ))
-        s1, g1, s2, g2 = (lv.sample_free_point(rng, occ) for _ in range(4))
-        if seed % 2:             # head-on: person 2 walks person 1's route backwards
-            s2, g2 = g1 + 0.05, s1 + 0.05
-            s2, g2 = (q if not occ[lv.to_cell(q, 64)] else q - 0.05 for q in (s2, g2))
-        routes = [np.vstack([lv.astar_route(occ, a, b, cost)[:-1], b]) for a, b in ((s1, g1), (s2, g2))]
-        args = (occ, clear, gx, gy, routes, np.array([s1, s2]), np.array([g1, g2]), rng.uniform(1.0, 1.4, 2), p)
-        fast, ref = sim._walk(*args), _reference_walk(*args)
-        assert fast[1] == ref[1] and fast[0].shape == ref[0].shape and fast[0].tobytes() == ref[0].tobytes()
 
 
 def test_fast_helpers_are_bitwise_the_array_forms():
@@ -320,3 +233,100 @@ def test_fast_helpers_are_bitwise_the_array_forms():
         for q in pts:
             ref = np.maximum(ref, np.exp(-((X - q[0]) ** 2 + (Y - q[1]) ** 2) / (2 * (10 / 32) ** 2)))
         assert tasks._blobs(pts, 32).tobytes() == ref.tobytes()
+
+
+def test_social_forces_closed_form():
+    p = lv.SocialForceParams()
+    # one person: only the relaxation towards the desired velocity, (v0 e - v) / tau
+    f = lv.social_forces([[1.0, 2.0]], [[0.2, -0.1]], [[0.6, 0.8]], [1.2], p)
+    assert f.shape == (1, 2)
+    assert f[0] == pytest.approx([(1.2 * 0.6 - 0.2) / p.tau, (1.2 * 0.8 + 0.1) / p.tau], rel=1e-12)
+    # two people side by side, at rest, both heading +y: equal and opposite repulsion along x, of the
+    # closed-form size A exp((2r - d)/B) w(0), on top of the attraction
+    d = 0.9
+    x, v, e = np.array([[0.0, 0.0], [d, 0.0]]), np.zeros((2, 2)), np.array([[0.0, 1.0], [0.0, 1.0]])
+    f = lv.social_forces(x, v, e, np.array([1.0, 1.0]), p)
+    push = p.A * np.exp((2 * p.radius - d) / p.B) * lv.anisotropy(0.0, p.lam)
+    assert f[0] == pytest.approx([-push, 1.0 / p.tau], rel=1e-7)   # (the 1e-9 m added to d)
+    assert f[1] == pytest.approx([push, 1.0 / p.tau], rel=1e-7)
+    # a person straight ahead pushes harder than one straight behind (anisotropy)
+    ahead = lv.social_forces([[0, 0], [0, d]], np.zeros((2, 2)), [[0, 1], [0, 1]], [0, 0], p)[0, 1]
+    behind = lv.social_forces([[0, 0], [0, -d]], np.zeros((2, 2)), [[0, 1], [0, 1]], [0, 0], p)[0, 1]
+    assert -ahead == pytest.approx(behind / p.lam, rel=1e-7)
+
+
+def test_social_forces_sidestep_to_the_right_when_head_on():
+    p = lv.SocialForceParams()
+    x, e = np.array([[0.0, 0.0], [0.0, 2.0]]), np.array([[0.0, 1.0], [0.0, -1.0]])
+    approaching = lv.social_forces(x, np.array([[0.0, 1.0], [0.0, -1.0]]), e, [1.0, 1.0], p)
+    leaving = lv.social_forces(x, np.array([[0.0, -1.0], [0.0, 1.0]]), e, [1.0, 1.0], p)
+    # person 0 walks +y: its right is +x; person 1 walks -y: its right is -x
+    assert approaching[0, 0] == pytest.approx(p.sidestep) and approaching[1, 0] == pytest.approx(-p.sidestep)
+    assert leaving[:, 0] == pytest.approx([0.0, 0.0], abs=1e-12)
+    with pytest.raises(ValueError, match="same one or two people"):
+        lv.social_forces(np.zeros((2, 2)), np.zeros((1, 2)), np.zeros((2, 2)), [1.0, 1.0])
+
+
+def test_wall_force_closed_form(occ):
+    p = lv.SocialForceParams()
+    clear = lv.clearance_m(occ)
+    gy, gx = np.gradient(clear)
+    r, c = np.argwhere((np.hypot(gx, gy) > 0) & ~occ)[10]
+    f = lv.wall_force(clear, gx, gy, (r, c), p)
+    g = np.array([gx[r, c], gy[r, c]])
+    assert f == pytest.approx(p.A_wall * np.exp((p.radius - clear[r, c]) / p.B_wall) * g / np.linalg.norm(g))
+    flat = np.zeros((4, 4))
+    assert (lv.wall_force(flat + 1, flat, flat, (1, 1), p) == 0).all()
+
+
+def test_simulator_integrates_social_forces(occ, monkeypatch):
+    """The time loop calls the library's social_forces once per step, and its output moves the people."""
+    from companion_lib.locovr import sim
+    calls = []
+    real = sim.social_forces
+
+    def counting(*args, **kwargs):
+        calls.append(len(args[0]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sim, "social_forces", counting)
+    ep = lv.simulate_episode(occ, np.random.default_rng(5))
+    assert len(calls) == len(ep.p1) - 1 and set(calls) == {2}
+    monkeypatch.setattr(sim, "social_forces", lambda x, v, e, v0, p: np.zeros((len(x), 2)))
+    still = lv.simulate_episode(occ, np.random.default_rng(5))
+    # without any force nobody starts walking (walls only push people near them)
+    assert np.linalg.norm(still.p1[-1] - still.p1[0]) < np.linalg.norm(ep.p1[-1] - ep.p1[0])
+    assert not still.reached
+
+
+def test_single_person_episodes_and_samples(occ):
+    rng = np.random.default_rng(2)
+    ep = lv.simulate_episode(occ, rng, partner=False)
+    assert ep.p2 is None and ep.goal2 is None and ep.p1.shape[1] == 2
+    eps = lv.generate_dataset(2, 3, seed=4, partner=False)
+    assert all(e.p2 is None and e.reached for e in eps)
+    s = lv.make_samples(eps, per_episode=2)
+    assert np.isnan(s["past2"]).all() and np.isfinite(s["past1"]).all()
+    with pytest.raises(ValueError, match="second person"):
+        lv.trajectory_features(s, use_p2=True)
+    X, _ = lv.rasterise(s, 32)
+    assert (X[:, 2] == 0).all() and X[:, 1].max() > 0      # the absent person's channel is empty
+    st = lv.dataset_stats(eps)
+    assert np.isnan(st["min_sep"]).all() and (st["efficiency"] > 0).all()
+
+
+def test_map_patch_reads_the_map_in_the_heading_frame():
+    occ = np.zeros((64, 64), bool)
+    occ[0, :] = occ[-1, :] = occ[:, 0] = occ[:, -1] = True
+    wall_east, wall_west = occ.copy(), occ.copy()
+    wall_east[:, 45] = True          # x in [7.03, 7.19) m
+    wall_west[:, 63 - 45] = True     # the mirror image
+    t = np.arange(lv.OBS)[:, None] * 0.07
+    east = {"past1": (np.array([5.0, 5.0]) + t * [1, 0])[None] - [0.98, 0], "occ": [wall_east]}
+    west = {"past1": (np.array([5.0, 5.0]) - t * [1, 0])[None] + [0.98, 0], "occ": [wall_west]}
+    pe, pw = lv.map_patch(east), lv.map_patch(west)
+    assert pe.shape == (1, len(lv.tasks.PATCH_FORWARD) * len(lv.tasks.PATCH_SIDE))
+    assert pe.min() < 0.2 and pe.max() == lv.tasks.CLEAR_CAP    # the wall ahead is seen, open space is capped
+    np.testing.assert_allclose(pe, pw, atol=0.2)                 # mirror homes, mirror walks: the same view
+    open_ = {"past1": east["past1"], "occ": [occ]}
+    assert (lv.map_patch(open_) >= pe).all() and lv.map_patch(open_).min() > 0

@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+import math
+
 import numpy as np
 
 from .floorplan import ROOM_M, astar_route, cell_of, clearance_m, sample_free_point
 
-__all__ = ["SocialForceParams", "Episode", "anisotropy", "social_forces", "simulate_episode",
+__all__ = ["SocialForceParams", "Episode", "anisotropy", "social_forces", "wall_force", "simulate_episode",
            "route_cost"]
 
 
@@ -38,21 +40,16 @@ class SocialForceParams:
 
 @dataclass
 class Episode:
-    """One two-person episode: positions (T, 2) in metres at 15 Hz, until person 1 arrives."""
+    """One episode: positions (T, 2) in metres at 15 Hz, until person 1 arrives (``p2``, ``goal2``: ``None``
+    when person 1 walks alone)."""
     occ: np.ndarray
     p1: np.ndarray
-    p2: np.ndarray
+    p2: np.ndarray | None
     goal1: np.ndarray
-    goal2: np.ndarray
+    goal2: np.ndarray | None
     reached: bool
     layout: int = 0
     meta: dict = field(default_factory=dict)
-
-
-def _vnorm(a: np.ndarray) -> float:
-    """Euclidean norm of one vector, computed exactly as ``np.linalg.norm(a)`` does (``sqrt(a.dot(a))``)
-    without its argument checks (the simulator calls it a million times)."""
-    return np.sqrt(a.dot(a))
 
 
 def _rownorms(a: np.ndarray, keepdims: bool = False) -> np.ndarray:
@@ -62,27 +59,48 @@ def _rownorms(a: np.ndarray, keepdims: bool = False) -> np.ndarray:
 
 def anisotropy(cos_phi: np.ndarray, lam: float = 0.3) -> np.ndarray:
     r"""$w(\varphi)=\lambda+(1-\lambda)\frac{1+\cos\varphi}{2}$: people react more to what is ahead."""
-    return lam + (1 - lam) * (1 + np.asarray(cos_phi)) / 2
+    return lam + (1 - lam) * (1 + cos_phi) / 2
 
 
-def social_forces(x: np.ndarray, v: np.ndarray, e: np.ndarray, v0: np.ndarray,
-                  p: SocialForceParams = SocialForceParams()) -> np.ndarray:
-    r"""Goal attraction plus interpersonal repulsion (with anisotropy and sidestep) for two people.
+def social_forces(x, v, e, v0, p: SocialForceParams = SocialForceParams()) -> np.ndarray:
+    r"""Goal attraction plus interpersonal repulsion (with anisotropy and sidestep), for one or two people.
 
-    ``x``, ``v``, ``e`` are (2, 2): positions, velocities, desired unit directions; ``v0`` (2,).
-    Walls are added by the simulator. Returns accelerations (2, 2)."""
-    f = (v0[:, None] * e - v) / p.tau
-    for i, j in ((0, 1), (1, 0)):
-        d = x[i] - x[j]
-        dist = np.linalg.norm(d) + 1e-9
-        n = d / dist                                   # from j to i
-        cos_phi = float(-n @ e[i])                     # j straight ahead of i: cos = 1
-        f[i] += p.A * np.exp((2 * p.radius - dist) / p.B) * n * anisotropy(cos_phi, p.lam)
-        # head-on: both ahead of each other and approaching -> step to the right
-        if dist < 3.0 and cos_phi > 0.8 and float((v[i] - v[j]) @ n) < 0:
-            right = np.array([e[i][1], -e[i][0]])
-            f[i] += p.sidestep * right
-    return f
+    ``x``, ``v``, ``e`` are (n, 2) (n = 1 or 2): positions, velocities, desired unit directions; ``v0`` (n,).
+    Walls are added by the simulator (:func:`wall_force`). Returns the accelerations, (n, 2). The
+    simulator calls this function at every step; it is written on Python floats because it works on two
+    people at a time, where NumPy's per-call overhead would dominate."""
+    n = len(x)
+    if not (len(v) == len(e) == len(v0) == n) or n not in (1, 2):
+        raise ValueError(f"x, v, e and v0 must describe the same one or two people, got {len(x)}, {len(v)}, "
+                         f"{len(e)}, {len(v0)}")
+    f = [[(v0[i] * e[i][0] - v[i][0]) / p.tau, (v0[i] * e[i][1] - v[i][1]) / p.tau] for i in range(n)]
+    for i, j in ((0, 1), (1, 0))[: 2 if n == 2 else 0]:
+        dx, dy = x[i][0] - x[j][0], x[i][1] - x[j][1]
+        dist = math.sqrt(dx * dx + dy * dy) + 1e-9
+        nx, ny = dx / dist, dy / dist                      # unit vector from j to i
+        cos_phi = -(nx * e[i][0] + ny * e[i][1])           # j straight ahead of i: cos = 1
+        push = p.A * math.exp((2 * p.radius - dist) / p.B) * anisotropy(cos_phi, p.lam)
+        f[i][0] += push * nx
+        f[i][1] += push * ny
+        # head-on: each ahead of the other and approaching -> step to the right of the desired direction
+        closing = (v[i][0] - v[j][0]) * nx + (v[i][1] - v[j][1]) * ny
+        if dist < 3.0 and cos_phi > 0.8 and closing < 0:
+            f[i][0] += p.sidestep * e[i][1]
+            f[i][1] -= p.sidestep * e[i][0]
+    return np.array(f, dtype=float)
+
+
+def wall_force(clear: np.ndarray, gx: np.ndarray, gy: np.ndarray, cell: tuple[int, int],
+               p: SocialForceParams = SocialForceParams()) -> np.ndarray:
+    r"""Wall repulsion $A_w e^{(r-d_W)/B_w}\,\nabla d_W/\|\nabla d_W\|$ in the grid cell ``cell`` (row, col):
+    ``clear`` is the clearance map $d_W$ (m), ``gx``, ``gy`` its gradient. Zero where the gradient vanishes."""
+    r, c = cell
+    g0, g1 = float(gx[r, c]), float(gy[r, c])
+    gn = math.sqrt(g0 * g0 + g1 * g1)
+    if gn == 0:
+        return np.zeros(2)
+    a = p.A_wall * math.exp((p.radius - float(clear[r, c])) / p.B_wall) / gn
+    return np.array([a * g0, a * g1])
 
 
 def route_cost(occ: np.ndarray, clear: np.ndarray | None = None) -> np.ndarray:
@@ -128,29 +146,36 @@ def _target(route: np.ndarray, k: int, x: np.ndarray, lookahead: float,
 
 def simulate_episode(occ: np.ndarray, rng: np.random.Generator, crossing_prob: float = 0.6,
                      v0_range: tuple[float, float] = (1.0, 1.4), min_goal_m: float = 2.0,
-                     params: SocialForceParams = SocialForceParams(), layout: int = 0) -> Episode:
-    r"""Simulate one two-person episode on ``occ``; stops when person 1 reaches its goal (as LocoVR)."""
+                     params: SocialForceParams = SocialForceParams(), layout: int = 0,
+                     partner: bool = True) -> Episode:
+    r"""Simulate one episode on ``occ``; stops when person 1 reaches its goal (as LocoVR).
+
+    With ``partner=False`` person 1 walks alone (a single-person data set such as GIMO): no second person
+    is drawn, and ``Episode.p2`` and ``goal2`` are ``None``."""
     occ = np.asarray(occ, dtype=bool)
     clear, gy, gx, cost, free = _layout_maps(occ.tobytes(), occ.shape)
     while True:
         s1, g1 = sample_free_point(rng, occ, free=free), sample_free_point(rng, occ, free=free)
         if np.linalg.norm(s1 - g1) >= min_goal_m:
             break
-    crossing = rng.random() < crossing_prob
-    while True:
-        if crossing:       # person 2 starts near person 1's goal and walks towards person 1's start
-            s2, g2 = _near(rng, occ, g1, 1.0, free), _near(rng, occ, s1, 1.0, free)
-        else:
-            s2, g2 = sample_free_point(rng, occ, free=free), sample_free_point(rng, occ, free=free)
-        if np.linalg.norm(s2 - g2) >= min_goal_m and np.linalg.norm(s2 - s1) > 1.0:
-            break
-    routes = [astar_route(occ, s1, g1, cost), astar_route(occ, s2, g2, cost)]
-    routes = [np.vstack([r[:-1], g]) for r, g in zip(routes, (g1, g2))]
-    v0 = rng.uniform(*v0_range, size=2)
-    traj, reached = _walk(occ, clear, gx, gy, routes, np.array([s1, s2], dtype=float), np.array([g1, g2]),
-                          v0, params)
-    return Episode(occ=occ, p1=traj[:, 0], p2=traj[:, 1], goal1=g1, goal2=g2, reached=reached,
-                   layout=layout, meta={"crossing": bool(crossing), "v0": v0})
+    starts, goals, crossing = [s1], [g1], False
+    if partner:
+        crossing = rng.random() < crossing_prob
+        while True:
+            if crossing:       # person 2 starts near person 1's goal and walks towards person 1's start
+                s2, g2 = _near(rng, occ, g1, 1.0, free), _near(rng, occ, s1, 1.0, free)
+            else:
+                s2, g2 = sample_free_point(rng, occ, free=free), sample_free_point(rng, occ, free=free)
+            if np.linalg.norm(s2 - g2) >= min_goal_m and np.linalg.norm(s2 - s1) > 1.0:
+                break
+        starts, goals = [s1, s2], [g1, g2]
+    routes = [astar_route(occ, s, g, cost) for s, g in zip(starts, goals)]
+    routes = [np.vstack([r[:-1], g]) for r, g in zip(routes, goals)]
+    v0 = rng.uniform(*v0_range, size=len(starts))
+    traj, reached = _walk(occ, clear, gx, gy, routes, np.array(starts, dtype=float), np.array(goals), v0, params)
+    return Episode(occ=occ, p1=traj[:, 0], p2=traj[:, 1] if partner else None, goal1=g1,
+                   goal2=goals[1] if partner else None, reached=reached, layout=layout,
+                   meta={"crossing": bool(crossing), "v0": v0, "partner": partner})
 
 
 @lru_cache(maxsize=64)
@@ -170,88 +195,39 @@ def _layout_maps(occ_bytes: bytes, shape: tuple) -> tuple:
 
 def _walk(occ: np.ndarray, clear: np.ndarray, gx: np.ndarray, gy: np.ndarray, routes: list, x: np.ndarray,
           goals: np.ndarray, v0: np.ndarray, params: SocialForceParams) -> tuple[np.ndarray, bool]:
-    r"""The time loop of :func:`simulate_episode`: positions (T, 2, 2) and whether person 1 arrived.
+    r"""The time loop of :func:`simulate_episode` for ``len(routes)`` people (one or two): positions
+    (T, n, 2) and whether person 1 arrived.
 
-    Each step: the look-ahead target on each person's route (:func:`_target`), the desired directions,
-    the forces of :func:`social_forces` plus the wall repulsion of the cell a person stands in, the
-    velocity update capped at $1.3\,v_0$, and the move (sliding along a wall, stopping at the goal).
-    The arithmetic is written out on Python floats for speed; every operation is the one the array form
-    performs, in the same order (IEEE sums, products, quotients and square roots round identically in
-    Python and NumPy), and the vector norms, dot products and exponentials still go through NumPy's
-    ``dot``, ``@`` and ``exp``, so the trajectories are bitwise those of the array form."""
-    size = occ.shape[0]
+    Each step: the look-ahead target on each person's route (:func:`_target`) gives the desired
+    direction; :func:`social_forces` plus the :func:`wall_force` of the cell a person stands in give the
+    acceleration; the velocity is updated and capped at $1.3\,v_0$; the person moves (sliding along a
+    wall, stopping at the goal)."""
+    size, n, dt = occ.shape[0], len(routes), params.dt
     occl = occ.tolist()
-    dt, tau, lam, L = params.dt, params.tau, params.lam, params.lookahead
-    buf = np.empty(2)
-
-    def vnorm(a: float, b: float):               # np.linalg.norm of the 2-vector (a, b)
-        buf[0] = a
-        buf[1] = b
-        return np.sqrt(buf.dot(buf))
-
-    def mat(a0: float, a1: float, b0: float, b1: float) -> float:   # float(a @ b) of two 2-vectors
-        return float(np.array([a0, a1]) @ np.array([b0, b1]))
-
-    rx = [np.ascontiguousarray(r[:, 0]) for r in routes]
-    ry = [np.ascontiguousarray(r[:, 1]) for r in routes]
     segs = [_rownorms(np.diff(r, axis=0)).tolist() for r in routes]
-    rl = [r.tolist() for r in routes]
-    P = x.tolist()                      # positions [[x, y], [x, y]]
-    V = [[0.0, 0.0], [0.0, 0.0]]
-    G = goals.tolist()
-    v0l = v0.tolist()
-    ks = [0, 0]
-    arrived = [False, False]
+    P, G, v0l = x.tolist(), goals.tolist(), v0.tolist()
+    V = [[0.0, 0.0] for _ in range(n)]
+    ks, arrived = [0] * n, [False] * n
     wall = {}                           # the wall force depends on the cell only: once per visited cell
-    traj = [[P[0][0], P[0][1], P[1][0], P[1][1]]]
-    n_steps = int(params.max_time / params.dt)
-    for _ in range(n_steps):
-        E = [[0.0, 0.0], [0.0, 0.0]]
-        for i in range(2):
-            px, py = P[i]
-            k = ks[i]
-            dx = rx[i][k:k + _WINDOW] - px
-            dy = ry[i][k:k + _WINDOW] - py
-            k = k + int(np.sqrt(dx * dx + dy * dy).argmin())
-            j = _ahead(segs[i], k, L)
-            ks[i] = k
-            tx, ty = rl[i][min(k + j, len(rl[i]) - 1)]
-            d0, d1 = tx - px, ty - py
-            den = vnorm(d0, d1) + 1e-9
-            E[i] = [d0 / den, d1 / den]
-        # social_forces
-        F = [[(v0l[i] * E[i][0] - V[i][0]) / tau, (v0l[i] * E[i][1] - V[i][1]) / tau] for i in range(2)]
-        for i, o in ((0, 1), (1, 0)):
-            d0, d1 = P[i][0] - P[o][0], P[i][1] - P[o][1]
-            dist = vnorm(d0, d1) + 1e-9
-            n0, n1 = d0 / dist, d1 / dist
-            cos_phi = mat(-n0, -n1, E[i][0], E[i][1])
-            amp = params.A * np.exp((2 * params.radius - dist) / params.B)
-            w = lam + (1 - lam) * (1 + cos_phi) / 2
-            F[i][0] = F[i][0] + amp * n0 * w
-            F[i][1] = F[i][1] + amp * n1 * w
-            if dist < 3.0 and cos_phi > 0.8 and mat(V[i][0] - V[o][0], V[i][1] - V[o][1], n0, n1) < 0:
-                F[i][0] = F[i][0] + params.sidestep * E[i][1]
-                F[i][1] = F[i][1] + params.sidestep * -E[i][0]
-        for i in range(2):
-            rc = cell_of(*P[i], size)
+    traj = [[c for p in P for c in p]]
+    for _ in range(int(params.max_time / dt)):
+        E = []
+        for i in range(n):
+            (tx, ty), ks[i] = _target(routes[i], ks[i], np.array(P[i]), params.lookahead, segs[i])
+            d0, d1 = tx - P[i][0], ty - P[i][1]
+            den = math.sqrt(d0 * d0 + d1 * d1) + 1e-9
+            E.append([d0 / den, d1 / den])
+        F = social_forces(P, V, E, v0l, params).tolist()
+        for i in range(n):
+            rc = cell_of(P[i][0], P[i][1], size)
             if rc not in wall:
-                r, c = rc
-                grad = np.array([gx[r, c], gy[r, c]])
-                gn = _vnorm(grad)
-                wall[rc] = ((params.A_wall * np.exp((params.radius - clear[r, c]) / params.B_wall) * grad / gn
-                             ).tolist() if gn > 0 else None)
-            if wall[rc] is not None:
-                F[i][0] = F[i][0] + wall[rc][0]
-                F[i][1] = F[i][1] + wall[rc][1]
-        for i in range(2):
-            a, b = V[i][0] + dt * F[i][0], V[i][1] + dt * F[i][1]
-            speed = np.sqrt(a * a + b * b)
-            if speed > 1.3 * v0l[i]:
-                m = max(speed, 1e-9)
-                a, b = a * 1.3 * v0l[i] / m, b * 1.3 * v0l[i] / m
+                wall[rc] = wall_force(clear, gx, gy, rc, params).tolist()
+            a, b = V[i][0] + dt * (F[i][0] + wall[rc][0]), V[i][1] + dt * (F[i][1] + wall[rc][1])
+            speed = math.sqrt(a * a + b * b)
+            if speed > 1.3 * v0l[i]:                     # people do not run: cap the speed at 1.3 v0
+                a, b = a * 1.3 * v0l[i] / speed, b * 1.3 * v0l[i] / speed
             V[i] = [0.0, 0.0] if arrived[i] else [a, b]
-        for i in range(2):
+        for i in range(n):
             if arrived[i]:
                 continue
             px, py = P[i]
@@ -267,13 +243,13 @@ def _walk(occ: np.ndarray, clear: np.ndarray, gx: np.ndarray, gy: np.ndarray, ro
                     nx, ny = px, py
                 V[i] = [(nx - px) / dt, (ny - py) / dt]
             P[i] = [nx, ny]
-            if vnorm(nx - G[i][0], ny - G[i][1]) < params.goal_tol:
+            if math.hypot(nx - G[i][0], ny - G[i][1]) < params.goal_tol:
                 arrived[i] = True
                 V[i] = [0.0, 0.0]
-        traj.append([P[0][0], P[0][1], P[1][0], P[1][1]])
+        traj.append([c for p in P for c in p])
         if arrived[0]:
             break
-    return np.array(traj).reshape(-1, 2, 2), arrived[0]
+    return np.array(traj).reshape(-1, n, 2), arrived[0]
 
 
 def _near(rng: np.random.Generator, occ: np.ndarray, p: np.ndarray, radius: float,

@@ -6,29 +6,36 @@ import numpy as np
 import torch
 from torch import nn
 
-from .floorplan import ROOM_M, downsample, make_floorplan, to_cell, to_metres
+from .floorplan import ROOM_M, clearance_m, downsample, make_floorplan, to_cell, to_metres
 from .metrics import chamfer
 from .sim import Episode, simulate_episode
 from skimage.graph import route_through_array
 
 __all__ = ["generate_dataset", "make_samples", "rasterise", "TinyUNet", "train_unet", "predict_maps",
            "extract_path", "astar_baseline", "goal_from_map", "random_goal_baseline",
-           "trajectory_features", "TrajectoryMLP", "train_trajectory", "predict_trajectory",
+           "trajectory_features", "map_patch", "TrajectoryMLP", "train_trajectory", "predict_trajectory",
            "constant_velocity", "goal_targets", "nearest_furniture_goal", "path_chamfers", "goal_errors"]
 
 OBS, FUT = 15, 30      # 1 s observed, 2 s predicted, at 15 Hz
 
 
 def generate_dataset(n_layouts: int, n_episodes: int, seed: int, size: int = 64,
-                     v0_range: tuple[float, float] = (1.0, 1.4)) -> list[Episode]:
-    """``n_episodes`` successful two-person episodes spread evenly over ``n_layouts`` random homes."""
+                     v0_range: tuple[float, float] = (1.0, 1.4), partner: bool = True,
+                     max_attempts: int = 20) -> list[Episode]:
+    """``n_episodes`` successful episodes spread evenly over ``n_layouts`` random homes: two people, or
+    person 1 alone with ``partner=False`` (a single-person data set). Episodes that do not reach the goal
+    or are shorter than a sample (3 s) are drawn again, at most ``max_attempts`` times per episode."""
     if n_layouts < 1 or n_episodes < 1:
         raise ValueError(f"n_layouts and n_episodes must be >= 1, got {n_layouts}, {n_episodes}")
     rng = np.random.default_rng(seed)
     occs = [make_floorplan(rng, size) for _ in range(n_layouts)]
-    out, k = [], 0
+    out, k, tries = [], 0, 0
     while len(out) < n_episodes:
-        ep = simulate_episode(occs[k % n_layouts], rng, v0_range=v0_range, layout=k % n_layouts)
+        tries += 1
+        if tries > max_attempts * n_episodes:
+            raise RuntimeError(f"only {len(out)} of {n_episodes} episodes succeeded in {tries - 1} attempts")
+        ep = simulate_episode(occs[k % n_layouts], rng, v0_range=v0_range, layout=k % n_layouts,
+                              partner=partner)
         if ep.reached and len(ep.p1) > OBS + FUT:
             out.append(ep)
             k += 1
@@ -36,14 +43,15 @@ def generate_dataset(n_layouts: int, n_episodes: int, seed: int, size: int = 64,
 
 
 def make_samples(episodes: list[Episode], per_episode: int = 2, seed: int = 0) -> dict:
-    """Cut each episode at ``per_episode`` random times t0: 1 s of past, 2 s of future, the rest of the path."""
+    """Cut each episode at ``per_episode`` random times t0: 1 s of past, 2 s of future, the rest of the path.
+    Without a second person (a single-person episode) ``past2`` is NaN."""
     rng = np.random.default_rng(seed)
     keys = ("past1", "past2", "fut1", "goal", "path", "occ")
     s = {k: [] for k in keys}
     for ep in episodes:
         for t0 in rng.integers(OBS - 1, len(ep.p1) - FUT - 1, size=per_episode):
             s["past1"].append(ep.p1[t0 - OBS + 1:t0 + 1])
-            s["past2"].append(ep.p2[t0 - OBS + 1:t0 + 1])
+            s["past2"].append(ep.p2[t0 - OBS + 1:t0 + 1] if ep.p2 is not None else np.full((OBS, 2), np.nan))
             s["fut1"].append(ep.p1[t0 + 1:t0 + 1 + FUT])
             s["goal"].append(ep.goal1)
             s["path"].append(ep.p1[t0:])
@@ -57,6 +65,7 @@ def _blobs(points: np.ndarray, res: int, sigma: float = 1.0) -> np.ndarray:
     X, Y = np.meshgrid(g, g)
     out = np.zeros((res, res))
     P = np.atleast_2d(points)
+    P = P[np.isfinite(P).all(axis=1)]    # an absent person (NaN) leaves the channel empty
     if len(P):     # all blobs in one array, then their elementwise maximum (exact, order-free)
         x, y = P[:, 0, None, None], P[:, 1, None, None]
         out = np.maximum(out, np.exp(-((X - x) ** 2 + (Y - y) ** 2) / (2 * (sigma * cell) ** 2)).max(axis=0))
@@ -173,15 +182,48 @@ def _frame(past1: np.ndarray) -> np.ndarray:
     return np.stack([np.stack([c, s], -1), np.stack([-s, c], -1)], 1)
 
 
-def trajectory_features(samples: dict, use_p2: bool = True) -> np.ndarray:
-    """Heading-frame features: p1's past relative to now (30), the goal offset (2), and, compactly,
-    p2's relative position and velocity (4)."""
+PATCH_FORWARD = np.arange(-0.5, 2.51, 0.5)   # the local map patch: 7 x 7 points, 0.5 m apart, in the
+PATCH_SIDE = np.arange(-1.5, 1.51, 0.5)      # heading frame (from 0.5 m behind to 2.5 m ahead, 1.5 m each side)
+CLEAR_CAP = 1.0                              # clearance beyond 1 m counts as open space
+
+
+def map_patch(samples: dict) -> np.ndarray:
+    r"""The trajectory model's view of the map: the clearance (distance to the nearest obstacle, capped at
+    1 m) at a 7 x 7 grid of points around person 1's current position, in the heading frame
+    (:data:`PATCH_FORWARD` ahead, :data:`PATCH_SIDE` to the left); points outside the home read 0.
+    Returns (n, 49) in metres."""
+    p1 = samples["past1"]
+    R = _frame(p1)
+    u, w = np.meshgrid(PATCH_FORWARD, PATCH_SIDE, indexing="ij")
+    local = np.stack([u.ravel(), w.ravel()], -1)                       # (49, 2) in the heading frame
+    world = np.einsum("nji,kj->nki", R, local) + p1[:, -1:]            # R^T rotates back to the world
+    out = np.zeros(world.shape[:2])
+    cache = {}
+    for i, occ in enumerate(samples["occ"]):
+        if id(occ) not in cache:
+            cache[id(occ)] = np.minimum(clearance_m(occ), CLEAR_CAP)
+        clear = cache[id(occ)]
+        size = clear.shape[0]
+        col, row = np.floor(world[i] / (ROOM_M / size)).astype(int).T
+        inside = (row >= 0) & (row < size) & (col >= 0) & (col < size)
+        out[i, inside] = clear[row[inside], col[inside]]
+    return out
+
+
+def trajectory_features(samples: dict, use_p2: bool = True, use_map: bool = True) -> np.ndarray:
+    """Heading-frame features: p1's past relative to now (30), the goal offset (2, in units of 5 m),
+    the local map patch (49, :func:`map_patch`) and, compactly, p2's relative position (2, in units of
+    3 m) and velocity (2, in m per 0.2 s). The units bring every feature to order one."""
     p1, p2, g = samples["past1"], samples["past2"], samples["goal"]
     R = _frame(p1)
     now = p1[:, -1:]
     rot = lambda v: np.einsum("nij,ntj->nti", R, v)
     f = [rot(p1 - now).reshape(len(p1), -1), rot((g[:, None] - now)).reshape(len(p1), -1) / 5]
+    if use_map:
+        f.append(map_patch(samples))
     if use_p2:
+        if not np.isfinite(p2[:, -4:]).all():
+            raise ValueError("use_p2=True needs a second person in every sample (single-person data has none)")
         f += [rot(p2[:, -1:] - now).reshape(len(p1), -1) / 3,
               rot(p2[:, -1:] - p2[:, -4:-3]).reshape(len(p1), -1) * 5]
     return np.hstack(f).astype(np.float32)
@@ -200,10 +242,10 @@ class TrajectoryMLP(nn.Module):
 
 
 def train_trajectory(samples: dict, use_p2: bool = True, steps: int = 600, lr: float = 2e-3,
-                     seed: int = 0) -> TrajectoryMLP:
+                     seed: int = 0, use_map: bool = True) -> TrajectoryMLP:
     """Full-batch Adam on the mean squared error of heading-frame future offsets."""
     torch.manual_seed(seed)
-    X = torch.from_numpy(trajectory_features(samples, use_p2))
+    X = torch.from_numpy(trajectory_features(samples, use_p2, use_map))
     R = _frame(samples["past1"])
     Y = np.einsum("nij,ntj->nti", R, samples["fut1"] - samples["past1"][:, -1:]).reshape(len(X), -1)
     Y = torch.from_numpy(Y.astype(np.float32))
@@ -218,9 +260,9 @@ def train_trajectory(samples: dict, use_p2: bool = True, steps: int = 600, lr: f
 
 
 @torch.no_grad()
-def predict_trajectory(net: TrajectoryMLP, samples: dict, use_p2: bool = True) -> np.ndarray:
+def predict_trajectory(net: TrajectoryMLP, samples: dict, use_p2: bool = True, use_map: bool = True) -> np.ndarray:
     """Future positions (n, 30, 2) in world metres."""
-    out = net(torch.from_numpy(trajectory_features(samples, use_p2))).numpy().reshape(-1, FUT, 2)
+    out = net(torch.from_numpy(trajectory_features(samples, use_p2, use_map))).numpy().reshape(-1, FUT, 2)
     R = _frame(samples["past1"])
     return np.einsum("nji,ntj->nti", R, out) + samples["past1"][:, -1:]
 
