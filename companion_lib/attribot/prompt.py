@@ -80,6 +80,17 @@ class ContextPrompt:
         """Source indices of each group."""
         return [[i for i, (a, b) in enumerate(self.sources) if g0 <= a and b <= g1] for g0, g1 in self.groups]
 
+    def with_response(self, tokens) -> "ContextPrompt":
+        """The same prompt with the response tokens replaced by ``tokens`` (e.g. a model's greedy answers)."""
+        tokens = [int(t) for t in tokens]
+        if len(tokens) != len(self.response_positions):
+            raise ValueError(f"tokens must give one id per response position ({len(self.response_positions)}), "
+                             f"got {len(tokens)}")
+        ids = list(self.ids)
+        for p, t in zip(self.response_positions, tokens):
+            ids[p] = t
+        return ContextPrompt(tuple(ids), self.sources, self.groups, self.response_positions, self.context)
+
     def ablate(self, spans) -> tuple[list[int], list[int]]:
         """Ids with the token ``spans`` deleted and the response positions in the shortened sequence."""
         spans = sorted(_spans(spans, "spans"))
