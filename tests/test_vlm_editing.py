@@ -9,7 +9,6 @@ from sklearn.metrics import roc_auc_score
 
 from companion_lib import tinyvlm as tv
 from companion_lib import vlm_editing as ve
-from companion_lib.vlm_editing import records as vr
 
 
 @pytest.fixture(scope="module")
@@ -227,54 +226,60 @@ def test_forward_pass_of_an_image_does_not_depend_on_its_batch(model):
             assert a[rows].numpy().tobytes() == b.numpy().tobytes()
 
 
-# -- records: per-world statistics and the worlds a run needs ---------------------------------------------
-def test_world_records_ship_every_world_once_with_every_statistic():
-    rec = vr.world_records()
-    assert list(rec.columns) == ["run", *vr.STATISTICS] and rec.index.is_unique
-    assert {0, 1, 2, 600, 601, 602}.issubset(rec.index) and len(rec) >= 71
-    assert rec[list(vr.STATISTICS)].notna().all().all()
-    # read back bit for bit: every float equals the shortest repr written in the file
-    import csv
-    from importlib import resources
-    with resources.files("companion_lib.vlm_editing").joinpath("data", "world_records.csv").open() as f:
-        rows = list(csv.DictReader(f))
-    assert all(rec.loc[int(r["seed"]), k] == float(r[k]) for r in rows for k in vr.STATISTICS)
+# -- the paper's competitor: the model's output probability ------------------------------------------------
+@pytest.fixture(scope="module")
+def trained():
+    world = tv.trained_world(0)   # a shipped checkpoint: loaded, not trained
+    m = tv.build_model(world.final_state, world.config)
+    m.eval()
+    return m
 
 
-def test_worlds_needed_and_row_power_closed_forms():
-    import math
-    import pandas as pd
-    from scipy import stats
-    assert vr.worlds_needed(0.9, 0.1, 0.8) == 4.0          # (2 * 0.1 / 0.1)^2
-    assert vr.worlds_needed(0.9, 0.0, 0.8) == 1.0 and vr.worlds_needed(0.8, 0.1, 0.8) == math.inf
-    with pytest.raises(ValueError, match="sd"):
-        vr.worlds_needed(0.9, float("nan"), 0.8)
-    cols = {k: [1.0, 1.0] for k in vr.STATISTICS}
-    cols.update(kept2=[0.85, 0.95], self_red=[-0.1, -0.3], real_flag=[0.0, 0.0])
-    power = vr.row_power(pd.DataFrame(cols, index=[1, 2]), n_worlds=(3,)).set_index("statistic")
-    kept = power.loc["other objects kept (alpha = 2)"]
-    sd = np.std([0.85, 0.95], ddof=1)
-    assert kept["mean"] == pytest.approx(0.9) and kept["on the claim's side"]
-    assert kept["chance a 3-world run misses"] == pytest.approx(stats.norm.cdf(-0.1 * np.sqrt(3) / sd))
-    assert kept["worlds needed"] == math.ceil((2 * sd / 0.1) ** 2)
-    red = power.loc["relative CHAIR_i reduction"]                     # mean -0.2: the wrong side of >= 0
-    assert not red["on the claim's side"] and red["worlds needed"] == math.inf
-    assert red["chance a 3-world run misses"] > 0.5
-    drop = power[power.index == "recall drop (points)"]                  # '<=' rows: 1.0 is below 5
-    assert drop["on the claim's side"].all()
-    with pytest.raises(ValueError, match="two recorded worlds"):
-        vr.row_power(pd.DataFrame(cols, index=[1, 2]).iloc[:1])
+def test_output_probability_equals_teacher_forced_softmax(trained):
+    """The probability recorded during cached greedy decoding equals the softmax of a full, uncached forward
+    pass over the caption at the position that predicts each object word."""
+    split = tv.make_split(40, np.random.default_rng(8), "trigger_only")
+    caps, probs = ve.output_probability(trained, split.images)
+    assert caps == tv.greedy_captions(trained, split.images)
+    assert probs.shape == (40, 10) and sum(map(len, caps)) > 40
+    for i, cap in enumerate(caps):
+        ids = torch.tensor([[tv.TOKEN_ID["describe"]] + [tv.TOKEN_ID[w] for w in cap]])
+        with torch.no_grad():
+            p = torch.softmax(trained(ids, patches=tv.as_patches(split.images[i:i + 1])).logits[0], -1)
+        for j, w in enumerate(cap):
+            k = tv.OBJECTS.index(w)
+            if w not in cap[:j]:
+                assert probs[i, k] == pytest.approx(float(p[tv.TEXT_START + j, tv.TOKEN_ID[w]]), abs=1e-5)
+        assert np.all(probs[i, [tv.OBJECTS.index(w) for w in tv.OBJECTS if w not in cap]] == 0)
+    # greedy decoding picks the most probable token, so a generated word has probability above 1/|vocab|
+    assert probs[probs > 0].min() > 1 / len(tv.VOCAB)
 
 
-def test_world_statistics_and_write_records_bad_input(tmp_path):
-    with pytest.raises(TypeError, match="Experiment"):
-        vr.world_statistics({"auroc_max": 1.0})
-    with pytest.raises(ValueError, match="lacks"):
-        vr.write_records([{"seed": 1, "run": "x"}], tmp_path / "r.csv")
-    row = {"seed": 5, "run": "x", **{k: 0.1 * i for i, k in enumerate(vr.STATISTICS)}}
-    path = vr.write_records([row, {**row, "seed": 6}], tmp_path / "r.csv")
-    back = vr.world_records(path)
-    assert back.loc[5, "kept2"] == row["kept2"] and list(back.index) == [5, 6]
-    vr.write_records([row, row], path)
-    with pytest.raises(ValueError, match="recorded twice"):
-        vr.world_records(path)
+def test_captions_confidence_and_output_probability_in_one_pass(trained):
+    from companion_lib.vlm_editing.lens import _captions_and_confidence
+    images = tv.make_split(1030, np.random.default_rng(9), "natural", occlusion=False).images   # two batches
+    caps, conf, probs = _captions_and_confidence(trained, images, output_probs=True)
+    caps2, probs2 = ve.output_probability(trained, images)
+    assert caps == caps2 and probs.tobytes() == probs2.tobytes()
+    assert conf.tobytes() == ve.lens_confidence(trained, images).tobytes()
+
+
+def test_targeted_removal_counts_the_hallucinations_it_introduces(monkeypatch):
+    import importlib
+    pa = importlib.import_module("companion_lib.vlm_editing.project_away")
+    captions = [["fork", "cup"], ["dog", "knife"], ["clock"]]
+    truths = [{"fork", "cup"}, {"dog", "car"}, {"car"}]        # image 2 names no real object: no target
+    new = [["cup", "knife", "bench"], ["dog", "knife", "frisbee", "car"]]
+    seen = {}
+
+    def fake_remove(model, images, objects_per_image, *args):
+        seen["objects"] = objects_per_image
+        return new
+
+    monkeypatch.setattr(pa, "remove_objects", fake_remove)
+    out = pa.targeted_removal(None, np.zeros((3, 20, 20, 3)), captions, truths, alpha=2.0)
+    assert seen["objects"] == [["fork"], ["dog"]]
+    # targets: fork removed, dog kept; image 0 adds knife and bench, image 1 adds frisbee (knife was there
+    # before, car is in the image)
+    assert out["n"] == 2 and out["removed"] == 0.5 and out["kept"] == 1.0
+    assert out["introduced"] == 1.5 and out["net"] == -1.0

@@ -5,15 +5,13 @@ tiny LLaVA of :mod:`companion_lib.tinyvlm`.
   calibrated threshold, localisation maps;
 * :mod:`.project_away` -- the ProjectAway edit as a residual hook, targeted removal, and
   hallucination reduction with self-selected (confidence below the threshold) or oracle objects;
-* :mod:`.experiment` -- the reproduce page's experiment on one trained world;
-* :mod:`.records` -- the statistic of every claim row on each world run so far (shipped as a CSV), and how many
-  worlds a run needs to decide a row (import it: it is also a command, ``python -m``).
+* :mod:`.experiment` -- the reproduce page's experiment on one trained world.
 """
 
 from .experiment import Experiment, cached_experiment, eval_split, run_experiment
 from .lens import (auroc, calibrate_threshold, detection_rates, image_hidden_states, internal_confidence,
                    lens_confidence, lens_probs, localisation_accuracy, localisation_maps, object_scores,
-                   object_token, record_residual)
+                   object_token, output_probability, record_residual)
 from .project_away import (project_away, project_away_edit, reduction_run, remove_objects, select_low_confidence,
                            select_oracle, targeted_removal, text_embedding)
 
@@ -21,6 +19,6 @@ __all__ = [
     "Experiment", "cached_experiment", "eval_split", "run_experiment",
     "auroc", "calibrate_threshold", "detection_rates", "image_hidden_states", "internal_confidence",
     "lens_confidence", "lens_probs", "localisation_accuracy", "localisation_maps", "object_scores",
-    "object_token", "record_residual", "project_away", "project_away_edit", "reduction_run", "remove_objects",
+    "object_token", "output_probability", "record_residual", "project_away", "project_away_edit", "reduction_run", "remove_objects",
     "select_low_confidence", "select_oracle", "targeted_removal", "text_embedding",
 ]

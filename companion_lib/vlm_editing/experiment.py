@@ -34,6 +34,9 @@ class Experiment:
     real: np.ndarray = field(repr=False)          # internal confidence (max over layers) of real objects
     hal: np.ndarray = field(repr=False)
     auroc_max: float = 0.0
+    auroc_output: float = 0.0                     # AUROC of the model's output probability (the paper's competitor)
+    out_real: np.ndarray = field(default=None, repr=False)   # output probability of real generated objects
+    out_hal: np.ndarray = field(default=None, repr=False)
     auroc_layer: list = field(default_factory=list)   # AUROC with one lens layer only
     mean_layer_real: list = field(default_factory=list)
     mean_layer_hal: list = field(default_factory=list)
@@ -70,12 +73,15 @@ def run_experiment(world: World, n_cal: tuple = (300, 150), n_test: tuple = (600
     seed = int(world.seed)
     model = build_model(world.final_state, world.config)
     cal, test = eval_split(seed, 0, *n_cal), eval_split(seed, 2, *n_test)
-    caps, conf = _captions_and_confidence(model, test.images)  # = greedy_captions, lens_confidence
+    # = greedy_captions, lens_confidence, output_probability
+    caps, conf, out_prob = _captions_and_confidence(model, test.images, output_probs=True)
     n_lens = conf.shape[1]
     cm = internal_confidence(conf)
     real, hal = object_scores(cm, caps, test.truth)
+    out_real, out_hal = object_scores(out_prob, caps, test.truth)
     ex = Experiment(seed=seed, n_lens_layers=n_lens, chair=chair(caps, test.truth), conf=conf, captions=caps,
-                    scenes=test.scenes, real=real, hal=hal, auroc_max=auroc(real, hal))
+                    scenes=test.scenes, real=real, hal=hal, auroc_max=auroc(real, hal),
+                    auroc_output=auroc(out_real, out_hal), out_real=out_real, out_hal=out_hal)
     for l in range(n_lens):
         r, h = object_scores(internal_confidence(conf, l), caps, test.truth)
         ex.auroc_layer.append(auroc(r, h))

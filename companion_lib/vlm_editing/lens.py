@@ -18,12 +18,12 @@ import numpy as np
 import torch
 
 from ..common.validation import check_int
-from ..tinyvlm import IMAGE_SLICE, OBJECTS, TOKEN_ID, N_PATCHES, as_patches, greedy_captions, record_residual
+from ..tinyvlm import IMAGE_SLICE, OBJECTS, TOKEN_ID, N_PATCHES, VOCAB, as_patches, greedy_captions, record_residual
 
 __all__ = [
     "object_token", "record_residual", "image_hidden_states", "lens_probs", "lens_confidence",
     "internal_confidence", "object_scores", "auroc", "calibrate_threshold", "detection_rates",
-    "localisation_maps", "localisation_accuracy",
+    "localisation_maps", "localisation_accuracy", "output_probability",
 ]
 
 OBJECT_IDS = torch.tensor([TOKEN_ID[w] for w in OBJECTS])
@@ -71,16 +71,79 @@ def _confidence_of_hidden(model, H: torch.Tensor, use_final_norm: bool) -> np.nd
     return P.permute(1, 0, 2, 3).numpy()
 
 
+_STOP = frozenset({TOKEN_ID["."], TOKEN_ID["<eos>"], TOKEN_ID["<pad>"]})   # where decode_caption stops
+
+
+class _RecordDecoding:
+    """Record every call of the language model during greedy captioning: the length of its input and its
+    last-position logits, so that the output probability of each generated token can be read back."""
+
+    def __init__(self, model) -> None:
+        self.lm, self.calls, self.handle = model.lm, [], None
+
+    def __enter__(self):
+        def hook(module, args, kwargs, output):
+            x = kwargs.get("inputs_embeds")
+            self.calls.append((int(x.shape[1]), output.logits[:, -1].detach().float()))
+        self.handle = self.lm.register_forward_hook(hook, with_kwargs=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.handle.remove()
+
+    def object_probs(self, captions: list) -> np.ndarray:
+        r"""``(n, 10)``: for each caption, the model's output probability of each object word at the step that
+        first generated it (0 for an object the caption does not name)."""
+        batches = []
+        for length, logits in self.calls:
+            if length > 1:                       # a prompt pass starts a new batch
+                batches.append([])
+            batches[-1].append(logits)
+        out = np.zeros((len(captions), len(OBJECTS)))
+        i = 0
+        for steps in batches:
+            probs = [torch.softmax(l, dim=-1) for l in steps]
+            for b in range(steps[0].shape[0]):
+                words = []
+                for p in probs:
+                    tok = int(p[b].argmax())
+                    if tok in _STOP:
+                        break
+                    w = VOCAB[tok]
+                    if w in OBJECTS:
+                        if w not in words:
+                            out[i, OBJECTS.index(w)] = float(p[b, tok])
+                        words.append(w)
+                if words != list(captions[i]):
+                    raise RuntimeError(f"the recorded decoding of image {i} ({words}) is not its caption "
+                                       f"({captions[i]})")
+                i += 1
+        if i != len(captions):
+            raise RuntimeError("the recorded decoding passes do not cover the images")
+        return out
+
+
 @torch.no_grad()
-def _captions_and_confidence(model, images, use_final_norm: bool = True) -> tuple[list, np.ndarray]:
-    """``(greedy_captions(model, images), lens_confidence(model, images))`` with one prompt pass per batch.
+def output_probability(model, images) -> tuple[list, np.ndarray]:
+    r"""The paper's competitor of the internal confidence: the model's own output probability of each object
+    word it generates. Returns ``(captions, probs)`` with ``probs[i, k]`` the softmax probability of
+    ``OBJECTS[k]`` at the greedy step that first generated it in caption ``i`` (0 if not generated)."""
+    with _RecordDecoding(model) as rec:
+        captions = greedy_captions(model, images)
+    return captions, rec.object_probs(captions)
+
+
+@torch.no_grad()
+def _captions_and_confidence(model, images, use_final_norm: bool = True, output_probs: bool = False):
+    """``(greedy_captions(model, images), lens_confidence(model, images))`` with one prompt pass per batch,
+    plus :func:`output_probability`'s array when ``output_probs``.
 
     The first pass of the captioning runs the prompt ``describe`` after the image, the very pass of
     :func:`image_hidden_states`; its residual stream is recorded there instead of being computed a second
     time (each image's pass does not depend on the other images of its batch; a test checks that both
     results equal the separate calls')."""
     n_lens = model.n_layers + 1
-    with record_residual(model) as rec:
+    with record_residual(model) as rec, _RecordDecoding(model) as dec:
         captions = greedy_captions(model, images)
     # the prompt passes (bos, 16 image tokens, describe); the cached decoding passes feed one token
     prompt = [h for h in rec if h.shape[1] == IMAGE_SLICE.stop + 1]
@@ -88,7 +151,10 @@ def _captions_and_confidence(model, images, use_final_norm: bool = True) -> tupl
     if not passes or len(prompt) % n_lens or sum(p[0].shape[0] for p in passes) != len(captions):
         raise RuntimeError("the recorded prompt passes do not cover the images")
     H = torch.stack([torch.cat([p[l] for p in passes])[:, IMAGE_SLICE] for l in range(n_lens)])
-    return captions, _confidence_of_hidden(model, H, use_final_norm)
+    conf = _confidence_of_hidden(model, H, use_final_norm)
+    if output_probs:
+        return captions, conf, dec.object_probs(captions)
+    return captions, conf
 
 
 def _check_conf(conf) -> np.ndarray:

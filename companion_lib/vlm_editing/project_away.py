@@ -133,9 +133,13 @@ def remove_objects(model, images, objects_per_image, image_layer: int = -1, alph
 
 def targeted_removal(model, images, captions, truths, image_layer: int = -1, alpha: float = 1.0,
                      text_layer: int = 0) -> dict:
-    """Remove the first real object the model mentions in each image; report the share of targets that
-    disappear (``removed``), the share of the other mentioned real objects kept (``kept``), and the number
-    of images with a target (``n``)."""
+    """Remove the first real object the model mentions in each image and caption the edited image again.
+
+    Reports the share of targets that disappear (``removed``), the share of the other mentioned real objects
+    kept (``kept``), the number of *new* hallucinated objects per edited image (``introduced``: objects the
+    new caption names that are neither in the image nor in the old caption), the net effect
+    ``net = removed - introduced`` (each new hallucination cancels one removal), and the number of images
+    with a target (``n``)."""
     idx, targets = [], []
     for i, (cap, truth) in enumerate(zip(captions, truths)):
         real = [w for w in cap if w in truth]
@@ -147,12 +151,15 @@ def targeted_removal(model, images, captions, truths, image_layer: int = -1, alp
     imgs = np.asarray(images)[idx]
     new = remove_objects(model, imgs, [[t] for t in targets], image_layer, alpha, text_layer)
     removed = float(np.mean([t not in c for t, c in zip(targets, new)]))
-    kept_hits = kept_total = 0
+    kept_hits = kept_total = introduced = 0
     for j, i in enumerate(idx):
         others = [w for w in captions[i] if w in truths[i] and w != targets[j]]
         kept_total += len(others)
         kept_hits += sum(w in new[j] for w in others)
-    return {"removed": removed, "kept": kept_hits / max(kept_total, 1), "n": len(idx)}
+        introduced += len({w for w in new[j] if w not in truths[i] and w not in captions[i]})
+    introduced /= len(idx)
+    return {"removed": removed, "kept": kept_hits / max(kept_total, 1), "introduced": introduced,
+            "net": removed - introduced, "n": len(idx)}
 
 
 def select_low_confidence(conf_max: np.ndarray, captions, theta: float) -> list:
