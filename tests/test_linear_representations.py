@@ -130,6 +130,69 @@ def test_fit_lre_matches_a_hand_computed_lre(world, model):
     assert torch.allclose(one(s[:1]), o[:1], atol=1e-4)          # exact at its own fitting point
 
 
+def test_cross_position_jacobian_matches_autograd_through_the_input_embeddings(world, model):
+    """Subject-first prompts (``<bos> s R``): s at position 1, o at the last position (2), so the Jacobian
+    crosses positions through attention. Reference: ``torch.autograd.functional.jacobian`` of an
+    independent forward pass that feeds ``inputs_embeds`` (GPT-2 adds the position embedding, so the
+    layer-0 state is ``wte + wpe``) and reads the input of the final norm with a plain forward pre-hook."""
+    prompts = lr.fact_prompts(world, 1, [0, 1, 2], order="subject-first")
+    assert prompts[:, 1].tolist() == world.subject_tokens[1, :3].tolist()
+    lre = lr.fit_lre(model, prompts, 0, subject_position=1)
+    s, o, _ = lr.lm_states(model, prompts, 0, subject_position=1)
+    wte, wpe = model.transformer.wte.weight.detach(), model.transformer.wpe.weight.detach()
+    captured = []
+    hook = model.transformer.ln_f.register_forward_pre_hook(lambda mod, args: captured.append(args[0]))
+    try:
+        Js, os_ = [], []
+        for ids in prompts:
+            emb = wte[ids][None]                                  # (1, 3, d), position embedding not added
+
+            def last_state(x):
+                captured.clear()
+                e = torch.cat([emb[:, :1], (x - wpe[1])[None, None], emb[:, 2:]], dim=1)
+                model(inputs_embeds=e)
+                return captured[0][0, -1]
+
+            s0 = wte[ids[1]] + wpe[1]
+            with torch.enable_grad():
+                Js.append(torch.autograd.functional.jacobian(last_state, s0))
+            with torch.no_grad():
+                os_.append(last_state(s0))
+    finally:
+        hook.remove()
+    J, o_ref = torch.stack(Js), torch.stack(os_)
+    assert torch.allclose(s, wte[prompts[:, 1]] + wpe[1], atol=1e-6)
+    assert torch.allclose(o, o_ref, atol=1e-5)
+    assert J.abs().max() > 1e-3                                   # the cross-position path is not empty
+    assert torch.allclose(lre.weight, J.mean(0), atol=1e-5)
+    assert torch.allclose(lre.bias, (o_ref - torch.einsum("nij,nj->ni", J, s)).mean(0), atol=1e-5)
+    # at the subject's own position (relation-first) the Jacobian is a different map
+    rf = lr.fit_lre(model, lr.fact_prompts(world, 1, [0, 1, 2]), 0, subject_position=-1)
+    assert not torch.allclose(rf.weight, lre.weight, atol=1e-3)
+
+
+def test_cross_position_jacobian_matches_finite_differences_at_a_middle_layer(world, model):
+    """The same cross-position Jacobian from the output of block 1, by central finite differences."""
+    prompts = lr.fact_prompts(world, 2, [0, 3], order="subject-first")
+    layer, top, eps, d = 1, 2, 1e-3, 16
+    lre = lr.fit_lre(model, prompts, layer, subject_position=1)
+    s, o, _ = lr.lm_states(model, prompts, layer, subject_position=1)
+    Js = torch.zeros(2, d, d)
+    for j in range(d):
+        e = torch.zeros(d)
+        e[j] = eps
+        outs = []
+        for sign in (1, -1):
+            with torch.no_grad(), patch_activations(model, layer, s + sign * e, position=1), \
+                    capture_activations(model, top) as acts:
+                model(input_ids=prompts)
+            outs.append(acts[top][:, -1])
+        Js[:, :, j] = (outs[0] - outs[1]) / (2 * eps)
+    assert Js.abs().max() > 1e-3
+    assert torch.allclose(lre.weight, Js.mean(0), atol=2e-3)
+    assert torch.allclose(lre.bias, (o - torch.einsum("nij,nj->ni", Js, s)).mean(0), atol=2e-3)
+
+
 def test_lre_input_errors(world, model):
     prompts = lr.fact_prompts(world, 0, [0, 1])
     with pytest.raises(ValueError, match="beta"):

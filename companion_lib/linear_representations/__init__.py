@@ -12,13 +12,13 @@ and Elazar, ICLR 2025; arXiv 2504.12459), in miniature.
 from .world import FactWorld, fact_prompts, make_world, token_stream
 from .lre import (LRE, causality, edit_delta, edited_logits, faithfulness, fit_lre, lm_states, low_rank_pinv,
                   lre_logits, select_beta, select_rank, subject_ids)
-from .frequency import (causality_threshold, checkpoint_thresholds, cooccurrence_counts, loro_predictions, mean_baseline_predictions,
+from .frequency import (causality_threshold, thresholds_by_checkpoint, cooccurrence_counts, loro_predictions, mean_baseline_predictions,
                         regression_scores)
 from .experiment import (FEATURES_LM, FEATURES_LRE, edit_pairs, evaluate_checkpoint, fact_lm, lre_experiment,
                          relation_table, train_fact_lm)
 
 __all__ = [
-    "FEATURES_LM", "FEATURES_LRE", "FactWorld", "LRE", "causality", "causality_threshold", "checkpoint_thresholds", "cooccurrence_counts",
+    "FEATURES_LM", "FEATURES_LRE", "FactWorld", "LRE", "causality", "causality_threshold", "thresholds_by_checkpoint", "cooccurrence_counts",
     "edit_delta", "edit_pairs", "edited_logits", "evaluate_checkpoint", "fact_lm", "faithfulness", "fact_prompts",
     "fit_lre", "lm_states", "loro_predictions", "low_rank_pinv", "lre_experiment", "lre_logits", "make_world",
     "mean_baseline_predictions", "regression_scores", "relation_table", "select_beta", "select_rank",

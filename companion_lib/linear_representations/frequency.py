@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["cooccurrence_counts", "causality_threshold", "checkpoint_thresholds", "loro_predictions", "mean_baseline_predictions",
+__all__ = ["cooccurrence_counts", "causality_threshold", "thresholds_by_checkpoint", "loro_predictions", "mean_baseline_predictions",
            "regression_scores"]
 
 
@@ -111,7 +111,7 @@ def regression_scores(y_log: np.ndarray, pred_log: np.ndarray) -> dict[str, floa
             "within_10x": float((err <= np.log(10)).mean())}
 
 
-def checkpoint_thresholds(steps, counts, causality, level: float = 0.9):
+def thresholds_by_checkpoint(steps, counts, causality, level: float = 0.9):
     """The threshold of :func:`causality_threshold` computed separately at each checkpoint.
 
     Returns a DataFrame with one row per step: ``threshold``, the smallest count at that step, and
