@@ -106,6 +106,17 @@ def test_causality_threshold():
         lr.causality_threshold([1, 2], [1.0])
 
 
+def test_thresholds_by_checkpoint_flags_unidentified_thresholds():
+    t = lr.thresholds_by_checkpoint([1, 1, 1, 2, 2], [1, 10, 20, 5, 6], [0.0, 1.0, 1.0, 1.0, 1.0], level=0.9)
+    assert t.step.tolist() == [1, 2]
+    assert t.threshold.tolist() == [10.0, 5.0] and t["smallest count"].tolist() == [1.0, 5.0]
+    assert t.identified.tolist() == [True, False]      # at step 2 every point is above the level
+    none = lr.thresholds_by_checkpoint([1, 1], [1, 2], [0.0, 0.0])
+    assert np.isnan(none.threshold.iloc[0]) and not none.identified.iloc[0]
+    with pytest.raises(ValueError, match="same size"):
+        lr.thresholds_by_checkpoint([1, 2], [1, 2, 3], [0.0, 1.0, 1.0])
+
+
 def test_fit_lre_matches_a_hand_computed_lre(world, model):
     prompts = lr.fact_prompts(world, 0, [0, 1, 2])
     layer, top = 1, 2
