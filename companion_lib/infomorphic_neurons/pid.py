@@ -94,13 +94,31 @@ def _inclusion_exclusion(n_sources: int) -> tuple:
     return tuple(subsets), C
 
 
+@lru_cache(maxsize=None)
+def _support_groups(n_sources: int) -> tuple:
+    r"""The lattice nodes grouped by their support $S=\cup_{a\in\alpha}a$: ``(S, node indices, subsets of S,
+    the signs of those nodes on those subsets)``. A node's union event only involves the sources in
+    its support, so its terms can be summed on the smaller grid of $(s_S, t)$."""
+    n = _check_n(n_sources)
+    subsets, C = _inclusion_exclusion(n)
+    groups = {}
+    for i, node in enumerate(antichains(n)):
+        groups.setdefault(tuple(sorted(frozenset().union(*node))), []).append(i)
+    out = []
+    for S, idx in groups.items():
+        cols = [j for j, A in enumerate(subsets) if A <= frozenset(S)]
+        out.append((S, tuple(idx), tuple(subsets[j] for j in cols), C[np.ix_(idx, cols)]))
+    return tuple(out)
+
+
 def isx_redundancies(P, n_sources: int = 3, validate: bool = True, source_grad: bool = True) -> torch.Tensor:
     r"""$I^{sx}_\cap(T:\alpha)$ for every lattice node $\alpha$ (last axis), in bits.
 
-    Union probabilities come from inclusion-exclusion over marginals, for all nodes at once (one
-    matrix product with :func:`_inclusion_exclusion`'s signs); cells with $p(s,t)=0$ contribute 0.
-    ``source_grad=False`` treats the source marginal $p(s)$ as a constant in autograd, which is exact
-    when it does not depend on the parameters (as in :func:`~.network.soft_joint`) and saves time.
+    Union probabilities come from inclusion-exclusion over marginals (one matrix product with
+    :func:`_inclusion_exclusion`'s signs per group of nodes with the same support, on the grid of the
+    sources in that support only); cells with $p(s,t)=0$ contribute 0. ``source_grad=False`` treats
+    the source marginal $p(s)$ as a constant in autograd, which is exact when it does not depend on the
+    parameters (as in :func:`~.network.soft_joint`) and saves time.
     """
     n = _check_n(n_sources)
     P = torch.as_tensor(P)
@@ -111,27 +129,33 @@ def isx_redundancies(P, n_sources: int = 3, validate: bool = True, source_grad: 
     lead = P.ndim - n - 1
     src_axes = list(range(lead, lead + n))
     t_axis = P.ndim - 1
-    subsets, C = _inclusion_exclusion(n)
     # I_sx(alpha) = sum_{s,t} p(s,t) log p(a(s), t) - sum_s p(s) log p(a(s)) - sum_t p(t) log p(t):
     # union probabilities are >= the cell's own probability, so they are positive wherever p > 0
     # (the floor only guards cells of zero probability, whose weight is zero)
     tiny = torch.finfo(P.dtype).tiny
     p_t = P.sum(dim=src_axes)
-    p_s = P.sum(dim=t_axis)
-    # the marginal P(S_A = s_A, T = t) of every source set A, broadcast back to the full cell grid
-    m_st = torch.stack([(P.sum(dim=[lead + i for i in range(n) if i not in A], keepdim=True)
-                         if len(A) < n else P).expand_as(P) for A in subsets])
-    m_s = m_st.sum(dim=t_axis + 1)
-    if not source_grad:
-        p_s, m_s = p_s.detach(), m_s.detach()
-    Ct = torch.as_tensor(C, dtype=P.dtype)
-    pu_t = (Ct @ m_st.reshape(len(subsets), -1)).reshape(len(C), *m_st.shape[1:])
-    pu = (Ct @ m_s.reshape(len(subsets), -1)).reshape(len(C), *m_s.shape[1:])
-    grid = [a + 1 for a in src_axes]
-    term_st = (P * torch.log2(pu_t.clamp_min(tiny))).sum(dim=grid + [t_axis + 1])
-    term_s = (p_s * torch.log2(pu.clamp_min(tiny))).sum(dim=grid)
     h_t = -(p_t * torch.log2(p_t.clamp_min(tiny))).sum(dim=-1)
-    return (term_st - term_s + h_t).movedim(0, -1)
+    out = [None] * len(antichains(n))
+    for S, idx, subsets, C in _support_groups(n):
+        # the joint of the support's sources and the target, P(S_S = s_S, T = t)
+        drop = [lead + i for i in range(n) if i not in S]
+        PS = P.sum(dim=drop) if drop else P
+        k = len(S)
+        # the marginal P(S_A = s_A, T = t) of every source set A within S, broadcast to the grid of S
+        m_st = torch.stack([(PS.sum(dim=[lead + S.index(i) for i in S if i not in A], keepdim=True)
+                             if len(A) < k else PS).expand_as(PS) for A in subsets])
+        Ct = torch.as_tensor(C, dtype=P.dtype)
+        pu_t = (Ct @ m_st.reshape(len(subsets), -1)).reshape(len(C), *m_st.shape[1:])
+        grid = list(range(lead + 1, lead + k + 2))
+        term_st = (PS * torch.log2(pu_t.clamp_min(tiny))).sum(dim=grid)
+        p_s, m_s = PS.sum(dim=-1), m_st.sum(dim=-1)
+        if not source_grad:
+            p_s, m_s = p_s.detach(), m_s.detach()
+        pu = (Ct @ m_s.reshape(len(subsets), -1)).reshape(len(C), *m_s.shape[1:])
+        term_s = (p_s * torch.log2(pu.clamp_min(tiny))).sum(dim=grid[:-1])
+        for row, i in enumerate(idx):
+            out[i] = term_st[row] - term_s[row] + h_t
+    return torch.stack(out, dim=-1)
 
 
 def pid_from_joint(P, n_sources: int | None = None, validate: bool = True,
