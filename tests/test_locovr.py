@@ -19,6 +19,13 @@ def test_floorplan_connected_with_walls(occ):
     assert 0.1 < occ.mean() < 0.5
 
 
+def test_floorplan_attempts_are_bounded():
+    with pytest.raises(RuntimeError, match="attempts"):
+        lv.make_floorplan(np.random.default_rng(0), max_attempts=0)
+    with pytest.raises(ValueError, match="size"):
+        lv.make_floorplan(np.random.default_rng(0), size=8)
+
+
 def test_disconnected_plan_rejected():
     occ = np.zeros((20, 20), bool)
     occ[:, 10] = True

@@ -23,31 +23,35 @@ def check_connected(occ: np.ndarray) -> None:
 
 
 def make_floorplan(rng: np.random.Generator, size: int = 64, n_furniture: tuple[int, int] = (3, 7),
-                   door_m: float = 0.9) -> np.ndarray:
+                   door_m: float = 0.9, max_attempts: int = 100) -> np.ndarray:
     """A random home: outer walls, one vertical and one or two horizontal interior walls with doors,
-    and furniture rectangles kept only if the free space stays connected. True = obstacle."""
+    and furniture rectangles kept only if the free space stays connected. True = obstacle. The walls are
+    drawn again when one meets a door (at most ``max_attempts`` times)."""
     if size < 16:
         raise ValueError(f"size must be >= 16 cells, got {size}")
     cell = ROOM_M / size
     door = max(2, int(round(door_m / cell)))
-    occ = np.zeros((size, size), dtype=bool)
-    occ[0, :] = occ[-1, :] = occ[:, 0] = occ[:, -1] = True
-    # vertical wall at column xv, with one door
-    xv = int(rng.integers(size // 3, 2 * size // 3))
-    occ[:, xv] = True
-    d0 = int(rng.integers(2, size - door - 2))
-    occ[d0:d0 + door, xv] = False
-    # one or two horizontal walls, each on one side of the vertical wall, each with a door
-    for side in rng.permutation(2)[: int(rng.integers(1, 3))]:
-        yh = int(rng.integers(size // 3, 2 * size // 3))
-        lo, hi = (1, xv) if side == 0 else (xv + 1, size - 1)
-        occ[yh, lo:hi] = True
-        if hi - lo > door + 2:
-            g = int(rng.integers(lo + 1, hi - door))
-            occ[yh, g:g + door] = False
-    occ[d0:d0 + door, xv] = False
-    if ndimage.label(~occ)[1] != 1 or ndimage.label(~downsample(occ))[1] != 1:   # a wall met a door: redraw
-        return make_floorplan(rng, size, n_furniture, door_m)
+    for _ in range(max_attempts):
+        occ = np.zeros((size, size), dtype=bool)
+        occ[0, :] = occ[-1, :] = occ[:, 0] = occ[:, -1] = True
+        # vertical wall at column xv, with one door
+        xv = int(rng.integers(size // 3, 2 * size // 3))
+        occ[:, xv] = True
+        d0 = int(rng.integers(2, size - door - 2))
+        occ[d0:d0 + door, xv] = False
+        # one or two horizontal walls, each on one side of the vertical wall, each with a door
+        for side in rng.permutation(2)[: int(rng.integers(1, 3))]:
+            yh = int(rng.integers(size // 3, 2 * size // 3))
+            lo, hi = (1, xv) if side == 0 else (xv + 1, size - 1)
+            occ[yh, lo:hi] = True
+            if hi - lo > door + 2:
+                g = int(rng.integers(lo + 1, hi - door))
+                occ[yh, g:g + door] = False
+        occ[d0:d0 + door, xv] = False
+        if ndimage.label(~occ)[1] == 1 and ndimage.label(~downsample(occ))[1] == 1:
+            break                                    # otherwise a wall met a door: draw the walls again
+    else:
+        raise RuntimeError(f"no connected floor plan in {max_attempts} attempts (size {size}, door {door_m} m)")
     for _ in range(int(rng.integers(n_furniture[0], n_furniture[1] + 1))):
         h, w = rng.integers(3, 9, size=2)
         r, c = rng.integers(2, size - 2 - h), rng.integers(2, size - 2 - w)
