@@ -93,16 +93,18 @@ def parameter_bytes(config, dtype: torch.dtype = torch.float32) -> int:
 
 
 def free_memory_bytes(dev: torch.device) -> int:
-    """Free memory of ``dev``: ``torch.cuda.mem_get_info`` on a GPU, the available RAM otherwise."""
+    """Free memory of ``dev``: ``torch.cuda.mem_get_info`` on a GPU, the available RAM otherwise
+    (``MemAvailable`` of ``/proc/meminfo``, or the free pages where there is none)."""
     dev = torch.device(dev)
     if dev.type == "cuda":
         free, _ = torch.cuda.mem_get_info(dev)
         return int(free)
-    try:
-        import psutil
-        return int(psutil.virtual_memory().available)
-    except ImportError:  # pragma: no cover - psutil ships with the book's environment
-        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    meminfo = Path("/proc/meminfo")
+    if meminfo.exists():   # Linux (Colab included): MemAvailable counts reclaimable caches as free
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
 
 
 def load_causal_lm(model: str | Path, *, device: str | torch.device | None = None, dtype: str | None = None,
