@@ -66,7 +66,6 @@ _UNICODE_NUMBER = re.compile(r"[⁰¹²³⁴⁵⁶⁷⁸⁹½¼¾⅓⅔⅛]")
 _NUMBER = re.compile(r"(?<![\w./])[-+−±]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?"
                      r"(?:%|×|x\b|(?:-|\s?)?(?:fold|times)\b|-[a-z][a-z-]*|(?:s|ms|min|h|k|K|M|B|G|GB|MB|GiB|MiB|"
                      r"KiB|px|th|st|nd|rd)\b)?(?![\w/]|\.\d)")
-_LEGACY_NUMBER = re.compile(r"(?<![\w\-./])[-+−±]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?(?:[x×%])?(?![\w\-/]|\.\d)")
 NUMBER_WORDS = ("two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
                 "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty",
                 "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety", "hundred", "hundreds",
@@ -159,14 +158,13 @@ def _blank(pattern: re.Pattern, text: str, keep=None) -> str:
     return pattern.sub(repl, text)
 
 
-def typed_numbers(markdown: str, strict: bool = True) -> list[tuple[int, str, str]]:
-    """Numbers in the prose of ``markdown`` that are neither glued, the paper's, nor exempt.
+def typed_numbers(markdown: str) -> list[tuple[int, str, str]]:
+    """Numbers in the prose of ``markdown`` (tables, directive bodies and figure captions included; digits,
+    number words, suffixes, lone numbers in math) that are neither glued, the paper's, nor exempt.
 
-    Returns ``(line number, number, line)`` triples; an empty list means the page is clean. ``strict=False``
-    is the narrower check of the chapters not migrated to the verdict rule yet (digits in prose and tables
-    only: no words, suffixes, captions or lone numbers in math); issues 35 and 36 retire it.
+    Returns ``(line number, number, line)`` triples; an empty list means the page is clean.
     """
-    lines = prose_lines(markdown, captions=strict)
+    lines = prose_lines(markdown, captions=True)
     joined = "\n".join(line for _, line in lines)
     # display math may span lines: blank it while keeping the line structure
     joined = _DMATH.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), joined)
@@ -176,16 +174,12 @@ def typed_numbers(markdown: str, strict: bool = True) -> list[tuple[int, str, st
         clean = _ENUM.sub(" ", clean)
         clean = clean.replace("|", " ")
         # a lone number in math is a typed number: keep it visible (without the dollars) for the scan
-        clean = _MATH.sub(lambda m: f" {m.group(1)} " if strict and _LONE_NUMBER_MATH.match(m.group(1)) else
+        clean = _MATH.sub(lambda m: f" {m.group(1)} " if _LONE_NUMBER_MATH.match(m.group(1)) else
                           " " * len(m.group(0)), clean)
         for pattern in (_ROLE, _CODE, _LINK_TARGET, _HTML, _REF, _YEAR, _NAME):
             clean = _blank(pattern, clean)
-        for m in (_NUMBER if strict else _LEGACY_NUMBER).finditer(clean):
-            found.append((number, m.group(0), line.strip()))
-        if strict:
-            for m in _UNICODE_NUMBER.finditer(clean):
-                found.append((number, m.group(0), line.strip()))
-            for m in _WORDS.finditer(clean):
+        for pattern in (_NUMBER, _UNICODE_NUMBER, _WORDS):
+            for m in pattern.finditer(clean):
                 found.append((number, m.group(0), line.strip()))
     return found
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bookkit import reseed
@@ -55,8 +56,6 @@ def test_typed_numbers_reads_every_kind_of_prose_and_every_spelling():
     assert found == [(4, "0.93"), (5, "30s"), (5, "64k"), (5, "1.5-fold"), (5, "3-layer"), (5, "5th"),
                      (5, "Seven"), (5, "twelve"), (5, "two thirds"), (6, "0.93"), (6, "⁵"), (6, "½"),
                      (13, "0.91"), (13, "48")]
-    # the narrower check of the chapters not migrated yet: digits in prose and tables, no captions or words
-    assert [(line, n) for line, n, _ in typed_numbers(page, strict=False)] == [(4, "0.93")]
     assert paper_roles_without_source(page) == [(7, "0.5")] and n_roles(page) == [(7, "four")]
 
 
@@ -135,9 +134,11 @@ def test_the_wheel_packages_only_the_library():
 # -- claims as they travel -----------------------------------------------------------------------------
 def _table() -> ClaimTable:
     t = ClaimTable("99-demo")
-    value = 0.75
-    t.holds("a </script> in a claim", paper="Fig. 1", book=value, criterion="> 0.5", check=value > 0.5)
-    t.not_run("another", paper="Table 2", reason="no data")
+    t.declare("script", "a </script> in a claim", paper="Fig. 1", statistic="a score", competitor="half",
+              margin=0.5, replicates=3, expect="reproduced")
+    t.not_run("another", "another claim", paper="Table 2", reason="no data")
+    values = np.array([0.74, 0.75, 0.76])
+    t.decide("script", values)
     return t
 
 
@@ -155,8 +156,10 @@ def test_claims_are_read_from_the_html_the_table_displays():
 
 def test_claims_are_read_from_the_last_table_of_an_executed_notebook():
     first, second = ClaimTable("99-a"), _table()
-    x = 1.0
-    first.holds("one", paper="p", book=x, criterion="c", check=x > 0)
+    first.declare("one", "one", paper="p", statistic="s", competitor="zero", margin=0.0, replicates=2,
+                  expect="reproduced")
+    x = np.array([1.0, 1.1])
+    first.decide("one", x)
     nb = {"cells": [{"outputs": [{"data": {"text/html": first._repr_html_()}}]},
                     {"outputs": [{"data": {"text/plain": "x"}},
                                  {"data": {"text/html": second._repr_html_().splitlines(keepends=True)}}]},

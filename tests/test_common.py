@@ -234,22 +234,13 @@ def test_claim_table_renders_exports_and_glues(tmp_path, monkeypatch):
     assert len(fig.axes[0].get_yticklabels()) == 2
 
 
-def test_binary_rows_of_chapters_not_migrated_yet():
+def test_the_binary_api_is_gone():
+    """Every chapter decides its rows by the one rule: the binary checks of before (holds /
+    does_not_reproduce) no longer exist, and a row not run needs its own key and claim."""
     t = ClaimTable("99-demo")
-    gain, gap = 3.14159, 0.2
-    t.holds("gain grows with noise", paper="Fig. 2", book=gain, criterion="> 1", check=gain > 1)
-    t.does_not_reproduce("gap above one", paper="Table 1: 1.5", book=gap, criterion="gap > 1",
-                         check=gap > 1, reason="a tiny model")
-    t.not_run("the ImageNet result", paper="Table 3", reason="no ImageNet here")
-    assert [r.outcome for r in t.rows] == ["reproduced as expected", "not reproduced as expected", "not run"]
-    assert t.rows[0].interval_text() == "3.142" and t.rows[0].criterion == "> 1"
-    t.assert_all()
-    wrong = gap > 0
-    t.does_not_reproduce("gap above zero", paper="p", book=gap, criterion="> 0", check=wrong, reason="r")
-    with pytest.raises(ClaimsFailed, match="contradicted"):
-        t.assert_all()
-    with pytest.raises(TypeError, match="literal"):
-        t.holds("x", paper="1", book="1", criterion="c", check=True)
+    assert not any(hasattr(t, name) for name in ("holds", "does_not_reproduce", "not_run_legacy"))
+    with pytest.raises(TypeError):
+        t.not_run("the ImageNet result", paper="Table 3", reason="no ImageNet here")
 
 
 # -- glue and typed numbers ------------------------------------------------------------------------

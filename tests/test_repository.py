@@ -79,18 +79,11 @@ def test_six_parts_in_order():
 
 
 # -- the honesty rules, checked on the sources -----------------------------------------------------
-#: Chapters still on the binary claims API, whose reproduce pages get the narrower number check of before;
-#: issues 35 (08-13) and 36 (14-19) migrate them to the verdict rule and empty this set.
-NOT_MIGRATED = {f"{n:02d}" for n in range(8, 20)} - {"08", "10", "13", "14", "18"}
 PAGES = ("index", "derive", "implement", "reproduce", "exercises")
 
 
 def _chapter_pages():
     return sorted(p for p in (ROOT / "chapters").glob("*/*.md") if p.stem.split("-")[0] in PAGES)
-
-
-def _migrated(page: Path) -> bool:
-    return page.parent.name[:2] not in NOT_MIGRATED
 
 
 def test_no_typed_numbers_on_any_page():
@@ -101,9 +94,7 @@ def test_no_typed_numbers_on_any_page():
 
     problems = []
     for page in _chapter_pages():
-        if not _migrated(page) and not page.stem.startswith("reproduce"):
-            continue
-        for line, number, text in typed_numbers(page.read_text(encoding="utf-8"), strict=_migrated(page)):
+        for line, number, text in typed_numbers(page.read_text(encoding="utf-8")):
             problems.append(f"{page.relative_to(ROOT)}:{line}: {number!r} in: {text[:120]}")
     assert not problems, ("numbers typed into a page (glue them, mark the paper's with {paper} and its source, "
                           "or a number of the text with {n}):\n" + "\n".join(problems))
@@ -114,8 +105,6 @@ def test_paper_numbers_name_their_source_and_reproduce_pages_glue_everything():
 
     problems = []
     for page in _chapter_pages():
-        if not _migrated(page):
-            continue
         text = page.read_text(encoding="utf-8")
         problems += [f"{page.relative_to(ROOT)}:{line}: {{paper}}`{body}` names no source"
                      for line, body in paper_roles_without_source(text)]

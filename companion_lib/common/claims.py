@@ -118,8 +118,6 @@ class Claim:
     values: tuple = ()
     verdict: str | None = None
     outcome: str = DECLARED
-    legacy_book: str = ""        # rows of the binary API not migrated yet (holds / does_not_reproduce)
-    legacy_criterion: str = ""
 
     @property
     def ok(self) -> bool:
@@ -129,14 +127,10 @@ class Claim:
     @property
     def criterion(self) -> str:
         """The statement as an inequality, e.g. ``"> 0.05"``."""
-        if self.legacy_criterion:
-            return self.legacy_criterion
         return "" if self.margin is None else f"{self.direction} {format(self.margin, self.fmt)}"
 
     def interval_text(self) -> str:
         """``"0.12 [0.05, 0.19], n = 8"``; for an exact value, ``"0.12 (exact)"``."""
-        if self.legacy_book:
-            return self.legacy_book
         if self.estimate is None:
             return "—"
         f = self.fmt
@@ -197,20 +191,6 @@ def _values(values: object, name: str) -> np.ndarray:
     if not np.all(np.isfinite(v)):
         raise ValueError(f"{name} must be finite (no NaN or infinity), got {v.tolist()}")
     return v
-
-
-def _legacy_text(value: object, name: str) -> str:
-    if isinstance(value, str):
-        return _text(value, name)
-    return format(_number(value, name), ".4g")
-
-
-def _check(value: object, method: str) -> bool:
-    if isinstance(value, np.ndarray) and value.shape == () and value.dtype == bool:
-        value = value.item()
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{method}: check must be a bool computed from the results, got {type(value).__name__}")
-    return bool(value)
 
 
 def _call_source_node(frame) -> ast.Call | None:
@@ -334,10 +314,8 @@ class ClaimTable:
                                direction=direction, margin=margin, replicates=int(replicates), expect=expect,
                                reason=_text(reason, "reason", allow_empty=True), fmt=fmt, bounds=bounds))
 
-    def not_run(self, key: str, claim: str | None = None, *, paper: str, reason: str) -> Claim:
+    def not_run(self, key: str, claim: str, *, paper: str, reason: str) -> Claim:
         """A claim the book does not test (no data, no scale): shown with its reason, no evidence."""
-        if claim is None:   # the binary API's not_run(claim, paper=..., reason=...) (chapters not migrated yet)
-            return self.not_run_legacy(key, paper=paper, reason=reason)
         if not isinstance(key, str) or not _KEY.match(key):
             raise ValueError(f"key must be a short identifier of [a-z0-9_], got {key!r}")
         return self._new(Claim(key=key, claim=_text(claim, "claim"), paper=_text(paper, "paper"),
@@ -423,36 +401,6 @@ class ClaimTable:
         self._rows[key] = row = replace(row, method="exact", estimate=v, low=v, high=v, n=1, values=(v,),
                                         verdict=verdict, outcome=_outcome(verdict, row.expect), reason=reason)
         return row
-
-    # -- the binary API of the chapters not migrated yet (issues 35 and 36 remove it) -------------------
-    def _legacy(self, claim, paper, book, criterion, check, expect, reason, method):
-        check = _check(check, method)
-        verdict = REPRODUCED if check else NOT_REPRODUCED
-        key = re.sub(r"[^a-z0-9]+", "_", str(claim).lower()).strip("_")[:40] or "row"
-        key = key if key[0].isalpha() else "r_" + key
-        while key in self._rows:
-            key += "_"
-        return self._new(Claim(key=key, claim=_text(claim, "claim"), paper=_legacy_text(paper, "paper"),
-                               expect=expect, reason=reason, method="binary check", verdict=verdict,
-                               outcome=_outcome(verdict, expect), legacy_book=_legacy_text(book, "book"),
-                               legacy_criterion=_legacy_text(criterion, "criterion")))
-
-    def holds(self, claim: str, *, paper: object, book: object, criterion: str, check: bool) -> Claim:
-        """(Not migrated chapters only.) A binary check expected to hold."""
-        _reject_literal("holds", {"check": 4})
-        return self._legacy(claim, paper, book, criterion, check, REPRODUCED, "", "holds")
-
-    def does_not_reproduce(self, claim: str, *, paper: object, book: object, criterion: str, check: bool,
-                           reason: str) -> Claim:
-        """(Not migrated chapters only.) A binary check expected not to hold at this scale."""
-        _reject_literal("does_not_reproduce", {"check": 4})
-        return self._legacy(claim, paper, book, criterion, check, NOT_REPRODUCED, _text(reason, "reason"),
-                            "does_not_reproduce")
-
-    def not_run_legacy(self, claim: str, *, paper: object, reason: str) -> Claim:
-        key = re.sub(r"[^a-z0-9]+", "_", str(claim).lower()).strip("_")[:40] or "row"
-        key = key if key[0].isalpha() else "r_" + key
-        return self.not_run(key, claim, paper=_legacy_text(paper, "paper"), reason=reason)
 
     # -- reading ---------------------------------------------------------------------------------------
     @property
