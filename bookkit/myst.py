@@ -50,6 +50,15 @@ OPTION = re.compile(r"^\s*:(?P<key>[\w-]+):\s*(?P<value>.*)$")
 HEADING = re.compile(r"^\s*(?P<hashes>#{1,6})\s+(?P<text>.*?)\s*#*\s*$")
 EXERCISE_NUMBER = re.compile(r"^\s*(?:#{1,6}\s+|\*\*)Exercise\s+(\d+)\b")
 _ROLE_OR_CODE = re.compile(r"\{(?P<name>[\w:.-]+)\}`(?P<body>[^`]*)`|(?P<code>`+)[^`]+?(?P=code)")
+
+
+def _last_unclosed_tick(line: str) -> int:
+    """Index of the backtick in ``line`` that opens a code span not closed on this line."""
+    spans = [m.span() for m in _ROLE_OR_CODE.finditer(line)]
+    ticks = [i for i, c in enumerate(line) if c == "`" and not any(a <= i < b for a, b in spans)]
+    return ticks[-1] if ticks else len(line)
+
+
 MD_LINK = re.compile(r"\[(?P<text>[^\]]*)\]\((?P<target>[^()\s]+)\)")
 #: the marker of a glued number (companion_lib.common.glue.MARKER matches it; a test checks)
 GLUE_MARKER = "⟨{}⟩"
@@ -238,6 +247,7 @@ class Page:
         self.glued: list[str] = []
         self.numbering = {"current": 0, "section": None, "bold": None, "used": set()}
         self.pending_target: str | None = None
+        self.code_open = False   # an inline code span opened on an earlier line of the paragraph is still open
         self._deferred: list[Segment] = []
 
     # -- labels and references ---------------------------------------------------------------------
@@ -344,6 +354,7 @@ class Page:
 
         lines = text.split("\n")
         i, in_math = 0, False
+        self.code_open = False
         while i < len(lines):
             line = lines[i]
             stripped = line.strip()
@@ -401,7 +412,28 @@ class Page:
             return f"{pre} \\tag{{{n}}}$$" if pre.strip().strip("$").strip() else f"{pre}\n\\tag{{{n}}}\n$$".lstrip("\n")
         if in_math or (line.strip().startswith("$$") and line.count("$$") % 2 == 1):
             return self.macros(line)
-        return self.inline(line)
+        return self._prose_line(line)
+
+    def _prose_line(self, line: str) -> str:
+        """:meth:`inline` of one prose line, for inline code spans that break across lines: the part of
+        ``line`` that closes a span opened on an earlier line is left alone, and a span this line opens
+        without closing stays open for the next (a blank line ends a paragraph, and any span with it)."""
+        if not line.strip():
+            self.code_open = False
+            return line
+        head = ""
+        if self.code_open:
+            close = line.find("`")
+            if close < 0:
+                return line
+            head, line = line[:close + 1], line[close + 1:]
+            self.code_open = False
+        rest = _ROLE_OR_CODE.sub("", line)
+        self.code_open = rest.count("`") % 2 == 1
+        if self.code_open:   # convert only what comes before the unclosed span
+            opening = _last_unclosed_tick(line)
+            return head + self.inline(line[:opening]) + line[opening:]
+        return head + self.inline(line)
 
     def _track_numbering(self, lines: list[str], i: int) -> None:
         state, line = self.numbering, lines[i]

@@ -91,6 +91,11 @@ def test_the_raw_myst_detector_catches_what_colab_shows_raw():
     assert not find_raw_myst("plain `code`, $x$ and [a link](derive.ipynb)\n```python\nx = 1\n```")
     converted = myst_to_markdown(":::{note}\nthe gain is {glue:text}`g`\n:::\n\n(sec-b)=\n## B\n")
     assert not find_raw_myst(converted) and "⟨g⟩" in converted and "> **Note.**" in converted
+    # an inline code span that breaks across lines neither hides nor swallows the roles after it
+    wrapped = myst_to_markdown("set `x =\ny` to {paper}`35 (Table 1)` and `a\nb` then {n}`three`.\n\n"
+                               "`open\n\nstill {glue:text}`g`")
+    assert not find_raw_myst(wrapped), wrapped
+    assert "`x =\ny` to 35 (Table 1) and `a\nb` then three." in wrapped and "still ⟨g⟩" in wrapped
 
 
 def test_colab_copies_show_every_glued_number():
