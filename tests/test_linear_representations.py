@@ -117,23 +117,30 @@ def test_thresholds_by_checkpoint_flags_unidentified_thresholds():
         lr.thresholds_by_checkpoint([1, 2], [1, 2, 3], [0.0, 1.0, 1.0])
 
 
-def test_fit_lre_matches_a_hand_computed_lre(world, model):
-    prompts = lr.fact_prompts(world, 0, [0, 1, 2])
-    layer, top = 1, 2
-    lre = lr.fit_lre(model, prompts, layer)
-    s, o, _ = lr.lm_states(model, prompts, layer)
-    eps, d = 1e-3, 16
-    Js = torch.zeros(3, d, d)
+def _finite_difference_jacobians(model, prompts, layer, top, s, position, eps=1e-3):
+    """Central finite differences of the last position's state at ``top`` with respect to the state ``s``
+    (one row per prompt) written at ``position`` of ``layer``: one (d, d) Jacobian per prompt."""
+    n, d = s.shape
+    Js = torch.zeros(n, d, d)
     for j in range(d):
         e = torch.zeros(d)
         e[j] = eps
         outs = []
         for sign in (1, -1):
-            with torch.no_grad(), patch_activations(model, layer, s + sign * e, position=-1), \
+            with torch.no_grad(), patch_activations(model, layer, s + sign * e, position=position), \
                     capture_activations(model, top) as acts:
                 model(input_ids=prompts)
             outs.append(acts[top][:, -1])
         Js[:, :, j] = (outs[0] - outs[1]) / (2 * eps)
+    return Js
+
+
+def test_fit_lre_matches_a_hand_computed_lre(world, model):
+    prompts = lr.fact_prompts(world, 0, [0, 1, 2])
+    layer, top = 1, 2
+    lre = lr.fit_lre(model, prompts, layer)
+    s, o, _ = lr.lm_states(model, prompts, layer)
+    Js = _finite_difference_jacobians(model, prompts, layer, top, s, position=-1)
     W = Js.mean(0)
     b = (o - torch.einsum("nij,nj->ni", Js, s)).mean(0)
     assert torch.allclose(lre.weight, W, atol=2e-3) and torch.allclose(lre.bias, b, atol=2e-3)
@@ -185,20 +192,10 @@ def test_cross_position_jacobian_matches_autograd_through_the_input_embeddings(w
 def test_cross_position_jacobian_matches_finite_differences_at_a_middle_layer(world, model):
     """The same cross-position Jacobian from the output of block 1, by central finite differences."""
     prompts = lr.fact_prompts(world, 2, [0, 3], order="subject-first")
-    layer, top, eps, d = 1, 2, 1e-3, 16
+    layer, top = 1, 2
     lre = lr.fit_lre(model, prompts, layer, subject_position=1)
     s, o, _ = lr.lm_states(model, prompts, layer, subject_position=1)
-    Js = torch.zeros(2, d, d)
-    for j in range(d):
-        e = torch.zeros(d)
-        e[j] = eps
-        outs = []
-        for sign in (1, -1):
-            with torch.no_grad(), patch_activations(model, layer, s + sign * e, position=1), \
-                    capture_activations(model, top) as acts:
-                model(input_ids=prompts)
-            outs.append(acts[top][:, -1])
-        Js[:, :, j] = (outs[0] - outs[1]) / (2 * eps)
+    Js = _finite_difference_jacobians(model, prompts, layer, top, s, position=1)
     assert Js.abs().max() > 1e-3
     assert torch.allclose(lre.weight, Js.mean(0), atol=2e-3)
     assert torch.allclose(lre.bias, (o - torch.einsum("nij,nj->ni", Js, s)).mean(0), atol=2e-3)
