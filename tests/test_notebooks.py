@@ -21,7 +21,6 @@ from bookkit.colabcheck import build_wheel
 from bookkit.pytest_notebooks import read_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
-STRUCTURE = ROOT / "_build" / "structure"
 NOTEBOOKS = chapter_notebooks(ROOT)
 
 
@@ -165,35 +164,6 @@ def test_colab_copies_cite_with_a_reference_list():
             continue
         cells = _copy(md)["cells"]
         assert _source(cells[-1]).startswith("## References\n"), md
-
-
-# -- the website's links ---------------------------------------------------------------------------
-def _structure_pages():
-    if not (STRUCTURE / "index.html").exists():
-        if os.environ.get("BOOK_REQUIRE_STRUCTURE"):
-            pytest.fail("_build/structure was not built")
-        pytest.skip("run `make structure` first")
-    return [(md, STRUCTURE / md.relative_to(ROOT).with_suffix(".html")) for md in NOTEBOOKS]
-
-
-def test_every_notebook_page_links_to_colab_and_a_notebook_download():
-    import yaml
-
-    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
-    repo = config["repository"]["url"].rstrip("/").removeprefix("https://github.com/")
-    prefix = f"https://colab.research.google.com/github/{repo}/blob/{config['repository']['branch']}/"
-    for md, page in _structure_pages():
-        html = page.read_text(encoding="utf-8")
-        colab = re.findall(r'href="(https://colab\.research\.google\.com/[^"]+)"', html)
-        assert colab, f"{page}: no Colab link"
-        for link in colab:
-            assert link.startswith(prefix), link
-            target = ROOT / link.removeprefix(prefix)
-            assert target.suffix == ".ipynb" and target.exists(), f"{page}: Colab link to missing {target}"
-        downloads = re.findall(r'href="([^"]*_sources/[^"]+\.ipynb)"', html)
-        assert downloads, f"{page}: no notebook download"
-        for link in downloads:
-            assert (page.parent / link).resolve().exists(), f"{page}: download link to missing {link}"
 
 
 # -- a Colab reader: the wheel and its declared dependencies alone run the copies ------------------------

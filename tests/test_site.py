@@ -193,3 +193,29 @@ def test_the_built_website_has_every_chapter_on_the_scoreboard():
     assert 'data-missing="0"' in text, "the scoreboard lists chapters whose claims are missing"
     chapters = {p.parent.name for p in (site / "chapters").glob("*/reproduce.html")}
     assert chapters and all(f'data-chapter="{c}"' in text for c in chapters)
+
+
+def test_every_notebook_page_links_to_colab_and_a_notebook_download():
+    import re
+
+    import yaml
+
+    from bookkit.colab import chapter_notebooks
+
+    site = _site()
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    repo = config["repository"]["url"].rstrip("/").removeprefix("https://github.com/")
+    prefix = f"https://colab.research.google.com/github/{repo}/blob/{config['repository']['branch']}/"
+    for md in chapter_notebooks(ROOT):
+        page = site / md.relative_to(ROOT).with_suffix(".html")
+        html = page.read_text(encoding="utf-8")
+        colab = re.findall(r'href="(https://colab\.research\.google\.com/[^"]+)"', html)
+        assert colab, f"{page}: no Colab link"
+        for link in colab:
+            assert link.startswith(prefix), link
+            target = ROOT / link.removeprefix(prefix)
+            assert target.suffix == ".ipynb" and target.exists(), f"{page}: Colab link to missing {target}"
+        downloads = re.findall(r'href="([^"]*_sources/[^"]+\.ipynb)"', html)
+        assert downloads, f"{page}: no notebook download"
+        for link in downloads:
+            assert (page.parent / link).resolve().exists(), f"{page}: download link to missing {link}"
