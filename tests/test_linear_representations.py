@@ -253,6 +253,25 @@ def test_faithfulness_and_causality_on_an_untrained_model(world, model):
         lr.causality(model, lre, prompts, idx, idx[:2], answers, answers, rank=4)
 
 
+def test_precomputed_states_give_the_same_measures(world, model):
+    """Passing the LM's states (as evaluate_checkpoint does, to run each prompt set once) changes no number;
+    states of other prompts are refused."""
+    prompts = lr.fact_prompts(world, 2)
+    lre = lr.fit_lre(model, prompts[:4], 1)
+    states = lr.lm_states(model, prompts, 1)
+    answers = torch.as_tensor(world.answer_tokens[2])
+    src, tgt = lr.edit_pairs(world.answer_index)
+    args = (model, lre, prompts, src, tgt, answers[src], answers[tgt])
+    for a, b in zip(lr.causality(*args, rank=4), lr.causality(*args, rank=4, states=states)):
+        assert torch.equal(a, b)
+    assert torch.equal(lr.faithfulness(model, lre, prompts), lr.faithfulness(model, lre, prompts, states=states))
+    assert lr.select_rank(*args, [2, 4, 8]) == lr.select_rank(*args, [2, 4, 8], states=states)
+    assert lr.select_beta(model, lre, prompts, [1.0, 4.0]) == lr.select_beta(model, lre, prompts, [1.0, 4.0],
+                                                                               states=states)
+    with pytest.raises(ValueError, match="one row per prompt"):
+        lr.faithfulness(model, lre, prompts[:3], states=states)
+
+
 def test_regression_beats_mean_baseline_on_learnable_data():
     rng = np.random.default_rng(0)
     x = rng.uniform(0, 5, (60, 2))

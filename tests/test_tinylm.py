@@ -31,6 +31,28 @@ def test_configs_are_small_and_validated():
         gpt2_config(10, dropout=1.0)
 
 
+def test_the_two_gpt2_activations_are_one_function():
+    """gelu_new and the fused gelu_pytorch_tanh compute GPT-2's tanh-approximated GELU: equal up to float32
+    rounding over [-6, 6], while the exact (erf) GELU, a different function, differs by up to 5e-4 there; the
+    choice reaches every block, and a model built either way gives the same logits up to rounding."""
+    from transformers.activations import ACT2FN
+
+    x = torch.linspace(-6, 6, 2001)
+    new, fused, exact = (ACT2FN[a](x) for a in ("gelu_new", "gelu_pytorch_tanh", "gelu"))
+    torch.testing.assert_close(fused, new, rtol=0, atol=2e-6)
+    assert 1e-4 < (exact - new).abs().max() < 1e-3
+    ids = torch.randint(0, 11, (4, 12), generator=torch.Generator().manual_seed(0))
+    logits = {}
+    for act in ("gelu_new", "gelu_pytorch_tanh"):
+        model = tiny_causal_lm(gpt2_config(11, n_positions=12, n_embd=32, n_layer=2, n_head=2, activation=act), seed=5)
+        assert all(type(block.mlp.act) is type(ACT2FN[act]) for block in model.transformer.h)
+        with torch.no_grad():
+            logits[act] = model(input_ids=ids).logits
+    torch.testing.assert_close(logits["gelu_pytorch_tanh"], logits["gelu_new"], rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="activation must be one of"):
+        gpt2_config(11, activation="relu")
+
+
 def test_tiny_causal_lm_is_seeded():
     a = tiny_causal_lm(gpt2_config(7, n_embd=8, n_head=2), seed=3)
     b = tiny_causal_lm(gpt2_config(7, n_embd=8, n_head=2), seed=3)

@@ -34,9 +34,13 @@ def edit_pairs(object_index) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fact_lm(world: FactWorld, seed: int = 0, n_embd: int = 64, n_layer: int = 4, n_head: int = 4):
-    """A fresh tiny GPT-2 for the fact world (the note's size: width 64, 4 blocks, 4 heads, no dropout)."""
+    """A fresh tiny GPT-2 for the fact world (the note's size: width 64, 4 blocks, 4 heads, no dropout).
+
+    Its GELU is the fused kernel of GPT-2's formula (``gelu_pytorch_tanh``): the chapter trains seven of these
+    models and the fused kernel saves about an eighth of each training's time.
+    """
     cfg = gpt2_config(world.vocab_size, n_positions=world.sequence_length(), n_embd=n_embd, n_layer=n_layer,
-                      n_head=n_head)
+                      n_head=n_head, activation="gelu_pytorch_tanh")
     return tiny_causal_lm(cfg, seed=seed)
 
 
@@ -70,16 +74,19 @@ def evaluate_checkpoint(model, world: FactWorld, layer: int, betas=(1.0, 2.0, 4.
         answers = torch.as_tensor(world.answer_tokens[r])
         p_fit, p_test = fact_prompts(world, r, fit, order), fact_prompts(world, r, test, order)
         lre = fit_lre(model, p_fit, layer, subject_position=pos)
-        lre = lre.with_beta(select_beta(model, lre, p_fit, betas, pos))
+        fit_states = lm_states(model, p_fit, layer, pos)   # the LM's own states: computed once per prompt set
+        lre = lre.with_beta(select_beta(model, lre, p_fit, betas, pos, states=fit_states))
         fs, ft = edit_pairs(world.answer_index[fit])
-        rank = select_rank(model, lre, p_fit, fs, ft, answers[fit][fs], answers[fit][ft], ranks, pos)
-        s, _, logits = lm_states(model, p_test, layer, pos)
+        rank = select_rank(model, lre, p_fit, fs, ft, answers[fit][fs], answers[fit][ft], ranks, pos,
+                           states=fit_states)
+        test_states = lm_states(model, p_test, layer, pos)
+        s, _, logits = test_states
         lp = torch.log_softmax(logits, -1)
         lre_lp = torch.log_softmax(lre_logits(model, lre, s), -1)
         a_test = answers[test]
         ts, tt = edit_pairs(world.answer_index[test])
-        hard, soft = causality(model, lre, p_test, ts, tt, a_test[ts], a_test[tt], rank, pos)
-        faith = faithfulness(model, lre, p_test, pos)
+        hard, soft = causality(model, lre, p_test, ts, tt, a_test[ts], a_test[tt], rank, pos, states=test_states)
+        faith = faithfulness(model, lre, p_test, pos, states=test_states)
         for i, subj in enumerate(test):
             mine = ts == i
             rows.append(dict(relation=r, background=bool(world.background[r]), subject=int(subj),

@@ -109,6 +109,17 @@ def lm_states(model: nn.Module, prompts: torch.Tensor, layer: int, subject_posit
     return acts[layer][rows, subject_position], acts[n_layers][:, -1], logits
 
 
+def _states(model: nn.Module, prompts: torch.Tensor, layer: int, subject_position: int, states):
+    """``states`` when given (checked against the prompts), else :func:`lm_states` of the prompts."""
+    if states is None:
+        return lm_states(model, prompts, layer, subject_position)
+    s, o, logits = states
+    n = _check_prompts(model, prompts).shape[0]
+    if not (s.shape[0] == o.shape[0] == logits.shape[0] == n):
+        raise ValueError(f"states must hold one row per prompt ({n}), got {s.shape[0]}, {o.shape[0]}, {logits.shape[0]}")
+    return states
+
+
 def lre_logits(model: nn.Module, lre: LRE, s: torch.Tensor) -> torch.Tensor:
     """Next-token logits of the LRE's prediction, decoded by the LM's final norm and unembedding."""
     with torch.no_grad():
@@ -139,25 +150,32 @@ def edited_logits(model: nn.Module, prompts: torch.Tensor, layer: int, s_new: to
         return model(input_ids=prompts).logits[:, -1]
 
 
-def faithfulness(model: nn.Module, lre: LRE, prompts: torch.Tensor, subject_position: int = -1
-                 ) -> torch.Tensor:
-    """Per prompt: does the LRE's top token equal the LM's top token? (bool tensor)"""
-    s, _, logits = lm_states(model, prompts, lre.layer, subject_position)
+def faithfulness(model: nn.Module, lre: LRE, prompts: torch.Tensor, subject_position: int = -1,
+                 states: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """Per prompt: does the LRE's top token equal the LM's top token? (bool tensor)
+
+    ``states``: the :func:`lm_states` of these prompts at ``lre.layer`` when the caller has them already
+    (the same numbers; one forward pass saved).
+    """
+    s, _, logits = _states(model, prompts, lre.layer, subject_position, states)
     return lre_logits(model, lre, s).argmax(-1) == logits.argmax(-1)
 
 
 def causality(model: nn.Module, lre: LRE, prompts: torch.Tensor, source: torch.Tensor, target: torch.Tensor,
               source_objects: torch.Tensor, target_objects: torch.Tensor, rank: int,
-              subject_position: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
+              subject_position: int = -1,
+              states: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+              ) -> tuple[torch.Tensor, torch.Tensor]:
     """Hard and soft causality of the edits ``source[k] -> target[k]`` (indices into ``prompts``).
 
     Returns two bool tensors (one entry per edit): the edited LM's top-1 token is the target's object
     (hard); the edited LM gives the target's object more probability than the source's (soft).
+    ``states``: the :func:`lm_states` of ``prompts`` at ``lre.layer``, when the caller has them already.
     """
     source, target = torch.as_tensor(source), torch.as_tensor(target)
     if source.shape != target.shape or source.ndim != 1 or source.numel() == 0:
         raise ValueError("source and target must be equal-length, non-empty 1-d index tensors")
-    s, o, _ = lm_states(model, prompts, lre.layer, subject_position)
+    s, o, _ = _states(model, prompts, lre.layer, subject_position, states)
     s_new = s[source] + edit_delta(lre, o[source], o[target], rank)
     logits = edited_logits(model, prompts[source], lre.layer, s_new, subject_position)
     rows = torch.arange(source.numel())
@@ -166,23 +184,29 @@ def causality(model: nn.Module, lre: LRE, prompts: torch.Tensor, source: torch.T
     return hard, soft
 
 
-def select_beta(model: nn.Module, lre: LRE, prompts: torch.Tensor, betas, subject_position: int = -1) -> float:
+def select_beta(model: nn.Module, lre: LRE, prompts: torch.Tensor, betas, subject_position: int = -1,
+                states: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None) -> float:
     """The β of the grid with the highest faithfulness on ``prompts`` (ties: the smallest β)."""
     betas = [_check_beta(b) for b in betas]
     if not betas:
         raise ValueError("betas must not be empty")
-    s, _, logits = lm_states(model, prompts, lre.layer, subject_position)
+    s, _, logits = _states(model, prompts, lre.layer, subject_position, states)
     top = logits.argmax(-1)
     scores = [float((lre_logits(model, lre.with_beta(b), s).argmax(-1) == top).float().mean()) for b in betas]
     return betas[max(range(len(betas)), key=lambda i: (scores[i], -betas[i]))]
 
 
 def select_rank(model: nn.Module, lre: LRE, prompts: torch.Tensor, source, target, source_objects,
-                target_objects, ranks, subject_position: int = -1) -> int:
-    """The rank of the grid with the highest hard causality on the given edits (ties: the smallest rank)."""
+                target_objects, ranks, subject_position: int = -1,
+                states: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None) -> int:
+    """The rank of the grid with the highest hard causality on the given edits (ties: the smallest rank).
+
+    The LM's states of ``prompts`` do not depend on the rank: they are computed once for the whole grid.
+    """
     ranks = list(ranks)
     if not ranks:
         raise ValueError("ranks must not be empty")
+    states = _states(model, prompts, lre.layer, subject_position, states)
     scores = [float(causality(model, lre, prompts, source, target, source_objects, target_objects, r,
-                              subject_position)[0].float().mean()) for r in ranks]
+                              subject_position, states=states)[0].float().mean()) for r in ranks]
     return ranks[max(range(len(ranks)), key=lambda i: (scores[i], -ranks[i]))]

@@ -22,7 +22,7 @@ reader with hub access can pass a real checkpoint instead of the tiny models the
   checkpoint that does not load, or one too large for the device (:func:`parameter_bytes`).
 """
 
-from .model import (LastTokenScorer, gpt2_config, last_positions, llama_config, non_embedding_params,
+from .model import (GPT2_ACTIVATIONS, LastTokenScorer, gpt2_config, last_positions, llama_config, non_embedding_params,
                     position_ids_from_mask, tiny_causal_lm)
 from .likelihood import (PrefixCache, all_responses, cache_kwarg, cached_response_logprobs, crop_cache,
                          encode_pairs, exact_response_logprobs, prefix_cache, response_logprobs, sequence_logprobs)
@@ -38,7 +38,7 @@ __all__ = [
     "SUPPORTED_CAUSAL_LMS", "TrainResult", "causal_lm_config", "free_memory_bytes", "load_causal_lm",
     "parameter_bytes",
     "all_responses", "cache_kwarg", "cached_response_logprobs", "capture_activations", "crop_cache",
-    "decode_hidden", "encode_pairs", "exact_response_logprobs", "gpt2_config", "hidden_jacobian",
+    "GPT2_ACTIVATIONS", "decode_hidden", "encode_pairs", "exact_response_logprobs", "gpt2_config", "hidden_jacobian",
     "last_positions", "layer_adapter", "llama_config", "lm_loss", "minibatches", "non_embedding_params",
     "patch_activations", "position_ids_from_mask", "prefix_cache", "response_logprobs", "run_from_layer",
     "sequence_logprobs", "spliced_loss", "tiny_causal_lm", "train_lm", "train_loop", "word_tokenizer",

