@@ -231,7 +231,11 @@ def make_course(root: Path, out: Path, course_id: str = COURSE_ID, timeout: int 
         target = out / "source" / assignment / "exercises.ipynb"
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(sources[assignment], encoding="utf-8")
-        run_nbgrader(out, "generate_assignment", assignment, "--force")
+    # one nbgrader process releases every assignment when all changed (a new course: 5 s, not 19 starts of
+    # nbgrader at 2.5 s each); a refresh releases only the changed ones
+    for batch in (["*"] if changed and sorted(changed) == sorted(sources) else changed):
+        run_nbgrader(out, "generate_assignment", batch, "--force")
+    for assignment in changed:
         log(f"released: {out / 'release' / assignment / 'exercises.ipynb'}")
     (out / ".course.json").write_text(json.dumps({
         "course_id": course_id, "written_by": "make course",

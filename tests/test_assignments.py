@@ -201,17 +201,26 @@ def _cell_seconds(notebook: Path) -> list[float]:
     return seconds
 
 
+@pytest.fixture(scope="module")
+def autograded(course):
+    """Every chapter submitted twice, the instructor's solutions and the untouched release (an empty
+    submission), and all of them autograded by one nbgrader process (one start instead of nineteen)."""
+    out, _ = course
+    for chapter in (md.parent.name for md in EXERCISES):
+        for student, source in (("instructor", out / "source"), ("student", out / "release")):
+            target = out / "submitted" / student / chapter
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source / chapter / "exercises.ipynb", target / "exercises.ipynb")
+    run_nbgrader(out, "autograde", "*", "--force", f"--Execute.timeout={CELL_TIMEOUT}")
+    return out
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("chapter", [md.parent.name for md in EXERCISES])
-def test_autograde_full_marks_for_solutions_and_zero_for_an_empty_submission(course, chapter):
+def test_autograde_full_marks_for_solutions_and_zero_for_an_empty_submission(autograded, chapter):
     """nbgrader autogrades the instructor's solutions to full marks on every autograded cell (the conceptual
     answers wait for a teacher) and the untouched release, an empty submission, to zero everywhere."""
-    out, _ = course
-    for student, source in (("instructor", out / "source"), ("student", out / "release")):
-        target = out / "submitted" / student / chapter
-        target.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source / chapter / "exercises.ipynb", target / "exercises.ipynb")
-    run_nbgrader(out, "autograde", chapter, "--force", f"--Execute.timeout={CELL_TIMEOUT}")
+    out = autograded
     instructor, student = _scores(out, chapter, "instructor"), _scores(out, chapter, "student")
     autograded = {k: v for k, v in instructor.items() if not k.startswith("answer-")}
     answers = {k: v for k, v in instructor.items() if k.startswith("answer-")}
