@@ -337,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--timeout", type=int, default=CELL_TIMEOUT, help="seconds a cell may run")
     parser.add_argument("--full", action="store_true",
-                        help="run every reproduce copy at book scale (hours); default: the REDUCED ones, reduced")
+                        help="run every reproduce copy at book scale (about 20 min on two cores); default: the REDUCED ones, reduced")
     parser.add_argument("notebooks", nargs="*", type=Path, help="default: every Colab copy")
     args = parser.parse_args(argv)
     root = args.root.resolve()
