@@ -36,8 +36,8 @@ def edit_pairs(object_index) -> tuple[np.ndarray, np.ndarray]:
 def fact_lm(world: FactWorld, seed: int = 0, n_embd: int = 64, n_layer: int = 4, n_head: int = 4):
     """A fresh tiny GPT-2 for the fact world (the note's size: width 64, 4 blocks, 4 heads, no dropout).
 
-    Its GELU is the fused kernel of GPT-2's formula (``gelu_pytorch_tanh``): the chapter trains seven of these
-    models and the fused kernel saves about an eighth of each training's time.
+    Its GELU is the fused kernel of GPT-2's formula (``gelu_pytorch_tanh``): the chapter trains several of these
+    models, and the fused kernel saves about an eighth of each training's time.
     """
     cfg = gpt2_config(world.vocab_size, n_positions=world.sequence_length(), n_embd=n_embd, n_layer=n_layer,
                       n_head=n_head, activation="gelu_pytorch_tanh")
