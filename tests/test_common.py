@@ -389,3 +389,25 @@ def test_device_is_the_cpu_here_and_can_be_chosen(monkeypatch):
         device("gpu-please")
     with pytest.raises(TypeError, match="device name"):
         device(3)
+
+
+def test_module_device_and_to_device_follow_the_model():
+    """The helpers that put a chapter's batches where its model is: on the meta device (which allocates
+    nothing) they must report and move to meta; on the CPU they return the very tensors they were given."""
+    from collections import namedtuple
+
+    from companion_lib.common import module_device, to_device
+    assert module_device(torch.nn.Linear(2, 2)) == torch.device("cpu")
+    assert module_device(torch.nn.Linear(2, 2, device="meta")).type == "meta"
+    only_buffer = torch.nn.Module()
+    only_buffer.register_buffer("b", torch.zeros(1, device="meta"))
+    assert module_device(only_buffer).type == "meta" and module_device(torch.nn.Module()) == torch.device("cpu")
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        module_device(torch.zeros(2))
+    x, y = torch.ones(3), torch.zeros(2, dtype=torch.long)
+    assert to_device(x, "cpu") is x and to_device(x, None) is x
+    Pair = namedtuple("Pair", "a b")
+    moved = to_device({"p": Pair(x, [y, 5]), "s": "text"}, "meta")
+    assert isinstance(moved["p"], Pair) and moved["p"].a.device.type == "meta"
+    assert moved["p"].b[0].device.type == "meta" and moved["p"].b[1] == 5 and moved["s"] == "text"
+    assert x.device.type == "cpu"

@@ -17,7 +17,7 @@ import os
 
 import torch
 
-__all__ = ["device", "describe_device"]
+__all__ = ["device", "describe_device", "module_device", "to_device"]
 
 
 def device(prefer: str | None = None) -> torch.device:
@@ -51,3 +51,35 @@ def describe_device(dev: torch.device | None = None) -> str:
     if dev.type == "cpu":
         return f"cpu ({torch.get_num_threads()} threads)"
     return str(dev)
+
+
+def module_device(model: torch.nn.Module) -> torch.device:
+    """The device of ``model``'s first parameter (or buffer); the CPU for a module with neither.
+
+    Library functions that receive a model use it to put their inputs where the model is, so a caller moves
+    the model once (``model.to(device())``) and every batch follows."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    for t in model.parameters():
+        return t.device
+    for t in model.buffers():
+        return t.device
+    return torch.device("cpu")
+
+
+def to_device(x, dev: torch.device | str | None):
+    """``x`` (a tensor, or a dict/list/tuple of tensors, nested) on ``dev``; ``None`` leaves it where it is.
+
+    On the device ``x`` is already on, tensors are returned as they are (no copy), so a CPU run through this
+    helper computes exactly what it computed without it."""
+    if dev is None:
+        return x
+    dev = torch.device(dev)
+    if isinstance(x, torch.Tensor):
+        return x.to(dev)
+    if isinstance(x, dict):
+        return {k: to_device(v, dev) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        moved = [to_device(v, dev) for v in x]
+        return type(x)(moved) if not hasattr(x, "_fields") else type(x)(*moved)
+    return x

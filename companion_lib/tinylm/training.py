@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from ..common.device import module_device
 from ..common.validation import check_positive_int
 
 __all__ = ["minibatches", "train_loop", "lm_loss", "train_lm", "TrainResult"]
@@ -116,7 +117,9 @@ def train_lm(model: nn.Module, data: torch.Tensor | Callable[[int, torch.Generat
         (``0`` is the initialisation). Wrap the caller in ``companion_lib.common.disk_cache`` to keep them
         on disk between notebooks.
     generator:
-        The only source of randomness (batch order), so a run is reproducible without the global RNG.
+        The only source of randomness (batch order), so a run is reproducible without the global RNG. Batches
+        are drawn on the CPU and moved to the model's device (:func:`~companion_lib.common.module_device`), so
+        a model moved to a GPU trains on the same batches as on the CPU.
     progress:
         Show a tqdm bar (None: only when stderr is a terminal, so notebooks and tests print nothing).
     """
@@ -142,6 +145,7 @@ def train_lm(model: nn.Module, data: torch.Tensor | Callable[[int, torch.Generat
     if wanted and not 0 <= wanted[0] <= wanted[-1] <= steps:
         raise ValueError(f"checkpoint_steps must lie in [0, {steps}], got {wanted}")
     g = generator if generator is not None else torch.Generator().manual_seed(0)
+    dev = module_device(model)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, foreach=True)
     result = TrainResult(losses=[])
@@ -155,7 +159,7 @@ def train_lm(model: nn.Module, data: torch.Tensor | Callable[[int, torch.Generat
     was_training = model.training
     model.train()
     for step in tqdm(range(1, steps + 1), disable=not show, desc="train", leave=False):
-        loss = lm_loss(model, draw(step - 1, g))
+        loss = lm_loss(model, draw(step - 1, g).to(dev))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if grad_clip is not None:
