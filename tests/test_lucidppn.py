@@ -270,3 +270,33 @@ def test_run_experiment_without_the_cnn_and_run_leaky_on_tiny_data():
     leaky = lp.run_leaky(0, n_train=2, n_test=1, epochs=1, cnn_epochs=1)
     assert leaky["shape_agreement"] == 1.0
     assert leaky["follows_hue"] + leaky["keeps_class"] <= 1.0
+
+
+# -- device (issue 37): the models train on a device argument, the GPU when present ----------------------
+def test_an_explicit_cpu_device_gives_the_same_numbers(birds):
+    """On the CPU, device="cpu" computes bit for bit what the default computes; models and results stay there."""
+    from companion_lib.common import module_device
+
+    kw = dict(n_train=2, n_test=1, epochs=1, cnn_epochs=1)
+    a, b = lp.run_experiment(0, alphas=(1.4, 0.0), device="cpu", **kw), lp.run_experiment(0, alphas=(1.4, 0.0), **kw)
+    assert a["alpha"] == b["alpha"] and a["cnn_acc"] == b["cnn_acc"]
+    for alpha in (1.4, 0.0):
+        for key, t in a["models"][alpha].items():
+            assert t.device.type == "cpu" and torch.equal(t, b["models"][alpha][key]), key
+    assert lp.run_leaky(0, device="cpu", **kw) == lp.run_leaky(0, **kw)
+    (m1, h1), (m2, h2) = lp.fit_lucidppn(birds, epochs=1, batch_size=8, device="cpu"), lp.fit_lucidppn(birds, epochs=1, batch_size=8)
+    assert h1 == h2 and module_device(m1).type == "cpu"
+    assert all(torch.equal(p, q) for p, q in zip(m1.state_dict().values(), m2.state_dict().values()))
+    cnn = lp.fit_blackbox(birds, epochs=1, device=torch.device("cpu"))
+    assert module_device(cnn).type == "cpu"
+    out = lp.lucid_predict(m1, birds.images)
+    assert all(t.device.type == "cpu" for t in out)
+
+
+def test_the_losses_run_on_the_maps_device():
+    """Masks and labels given on the CPU follow the maps: on the meta device a CPU tensor left behind would raise."""
+    zs = torch.rand(3, 2, 6, 12, 12, device="meta")
+    out = _output(zs, torch.rand(3, 2, 6, 12, 12, device="meta"))
+    losses = lp.lucid_losses(out, np.zeros((3, 2, 24, 24), np.float32), np.array([0, 5, 2]))
+    assert {v.device.type for v in losses.values()} == {"meta"}
+    assert losses["total"].shape == ()

@@ -173,18 +173,19 @@ def lucid_losses(out: LucidOutput, masks: torch.Tensor, labels: torch.Tensor, al
 
     ``masks`` is (N, K, H, W) (any resolution; resized to the maps'), ``labels`` (N,) class indices.
     $\mathcal L_D$ acts on ShapeTexNet's map of the true class only; each BCE is a mean over its
-    elements, and each loss a mean over the K parts, as in the official code.
+    elements, and each loss a mean over the K parts, as in the official code. ``masks`` and ``labels`` go
+    to the maps' device.
     """
     zs = out.shape_maps
     n, k, m = zs.shape[:3]
-    masks = torch.as_tensor(masks, dtype=torch.float32)
+    masks = torch.as_tensor(masks, dtype=torch.float32, device=zs.device)
     if masks.ndim != 4 or masks.shape[0] != n or masks.shape[1] != k:
         raise ValueError(f"masks must have shape ({n}, {k}, H, W), got {tuple(masks.shape)}")
-    labels = torch.as_tensor(labels, dtype=torch.long)
+    labels = torch.as_tensor(labels, dtype=torch.long, device=zs.device)
     if labels.shape != (n,):
         raise ValueError(f"labels must have shape ({n},), got {tuple(labels.shape)}")
     target_maps = resize_masks(masks, tuple(zs.shape[-2:]))
-    true_class_maps = zs[torch.arange(n), :, labels]                 # (N, K, h, w)
+    true_class_maps = zs[torch.arange(n, device=zs.device), :, labels]   # (N, K, h, w)
     onehot = F.one_hot(labels, m).float()
     loss_d = torch.stack([F.binary_cross_entropy(true_class_maps[:, j], target_maps[:, j]) for j in range(k)]).mean()
     loss_s = torch.stack([F.binary_cross_entropy(out.shape_scores[:, j], onehot) for j in range(k)]).mean()
