@@ -296,3 +296,27 @@ def test_experiment_end_to_end_is_deterministic():
     assert (ex[ex.step == 12].cooc.to_numpy() >= ex[ex.step == 6].cooc.to_numpy()).all()
     rel = lr.relation_table(ex)
     assert len(rel) == 2 * 12
+
+
+def test_an_explicit_cpu_device_gives_the_same_numbers(world):
+    """Issue 37: the models train and are measured on a device argument (the GPU when present); on the CPU,
+    passing device="cpu" explicitly changes nothing, bit for bit, and results come back on the CPU."""
+    from companion_lib.common import device, module_device
+
+    kw = dict(steps=4, batch_size=4, checkpoints=(4,), n_embd=16, n_layer=2, layer=1, intro_step=2)
+    a, b = lr.lre_experiment(0, **kw), lr.lre_experiment(0, device="cpu", **kw)
+    assert a["examples"].equals(b["examples"]) and a["losses"] == b["losses"]
+    assert all(torch.equal(a["states"][4][k], b["states"][4][k]) and b["states"][4][k].device.type == "cpu"
+               for k in a["states"][4])
+    stream = lr.token_stream(world, steps=3, batch_size=4, seed=0)
+    m1, r1 = lr.train_fact_lm(world, stream, 0, (3,), n_embd=16, n_layer=2, n_head=2)
+    m2, r2 = lr.train_fact_lm(world, stream, 0, (3,), n_embd=16, n_layer=2, n_head=2, device="cpu")
+    assert module_device(m1) == device() and module_device(m2).type == "cpu" and r1.losses == r2.losses
+    assert all(torch.equal(v, m2.state_dict()[k].to(v.device)) for k, v in m1.state_dict().items())
+    # fact_lm builds on the CPU (the pages compare its outputs with CPU tensors) and moves where it is asked
+    assert module_device(lr.fact_lm(world, n_embd=16, n_layer=2, n_head=2)).type == "cpu"
+    meta = lr.fact_lm(world, n_embd=16, n_layer=2, n_head=2, device="meta")
+    assert module_device(meta).type == "meta"
+    # the LRE functions take CPU prompts for a model elsewhere and answer on the model's device
+    s, o, logits = lr.lm_states(meta, lr.fact_prompts(world, 1), 1)
+    assert s.device.type == o.device.type == logits.device.type == "meta" and logits.shape == (8, world.vocab_size)

@@ -15,6 +15,9 @@ equals the LM's. **Causality**: the edit :math:`\mathbf s\leftarrow\mathbf s+W^{
 with the rank-:math:`\rho` pseudo-inverse and the LM's own object states :math:`\mathbf o,\mathbf o'` of a
 source and a target subject, makes the LM predict the target's object: *hard* if it becomes the top-1
 token, *soft* (our reading, the paper defers to Hernandez et al.) if :math:`p(o')>p(o)` after the edit.
+
+Every function that receives a model runs where the model is (:func:`companion_lib.common.module_device`):
+prompts and indices may come from the CPU, they are moved there, and the results are tensors on that device.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..common.device import module_device
 from ..tinylm import capture_activations, decode_hidden, hidden_jacobian, layer_adapter, patch_activations
 
 __all__ = ["LRE", "fit_lre", "lm_states", "lre_logits", "low_rank_pinv", "edit_delta", "edited_logits",
@@ -40,7 +44,7 @@ def _check_prompts(model: nn.Module, prompts: torch.Tensor, name: str = "prompts
     vocab = model.get_output_embeddings().weight.shape[0]
     if int(prompts.min()) < 0 or int(prompts.max()) >= vocab:
         raise ValueError(f"{name} contains a token id outside the vocabulary [0, {vocab})")
-    return prompts.long()
+    return prompts.long().to(module_device(model))   # where the model is (on the CPU: the same tensor)
 
 
 def _check_beta(beta: float) -> float:
@@ -105,7 +109,7 @@ def lm_states(model: nn.Module, prompts: torch.Tensor, layer: int, subject_posit
     n_layers = layer_adapter(model).n_layers
     with torch.no_grad(), capture_activations(model, [layer, n_layers]) as acts:
         logits = model(input_ids=prompts).logits[:, -1]
-    rows = torch.arange(prompts.shape[0])
+    rows = torch.arange(prompts.shape[0], device=prompts.device)
     return acts[layer][rows, subject_position], acts[n_layers][:, -1], logits
 
 
@@ -176,9 +180,12 @@ def causality(model: nn.Module, lre: LRE, prompts: torch.Tensor, source: torch.T
     if source.shape != target.shape or source.ndim != 1 or source.numel() == 0:
         raise ValueError("source and target must be equal-length, non-empty 1-d index tensors")
     s, o, _ = _states(model, prompts, lre.layer, subject_position, states)
-    s_new = s[source] + edit_delta(lre, o[source], o[target], rank)
-    logits = edited_logits(model, prompts[source], lre.layer, s_new, subject_position)
-    rows = torch.arange(source.numel())
+    src, tgt = source.to(s.device), target.to(s.device)
+    s_new = s[src] + edit_delta(lre, o[src], o[tgt], rank)
+    logits = edited_logits(model, prompts[source.to(prompts.device)], lre.layer, s_new, subject_position)
+    rows = torch.arange(source.numel(), device=logits.device)
+    source_objects = torch.as_tensor(source_objects, device=logits.device)
+    target_objects = torch.as_tensor(target_objects, device=logits.device)
     hard = logits.argmax(-1) == target_objects
     soft = logits[rows, target_objects] > logits[rows, source_objects]
     return hard, soft
