@@ -7,8 +7,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from companion_lib.common import module_device
 from companion_lib.dpo_3d import (TOY_SCENARIOS, ToyPolicy, dpo_loss, exact_kl_policy_optimization,
-                                  exact_logprobs, fit_reference, fit_toy_reference, make_policy, make_world,
+                                  exact_logprobs, fit_reference, fit_toy_reference, lm_experiment, make_policy,
+                                  make_world,
                                   peaked_distribution, policy_metrics, preference_pairs, prob_space_gradients,
                                   reference_target, rm_loss, run_toy_dpo, toy_pairs, toy_prompts, train_dpo_lm,
                                   train_reward_model)
@@ -292,3 +294,24 @@ def test_dpo_rm_and_exact_rlhf_loops(lm_setup):
     with pytest.raises(ValueError, match="reward"):
         exact_kl_policy_optimization(ref, world, world.reward_table()[:1])
     assert make_policy(world, seed=0).config.vocab_size == world.vocab_size
+
+
+def test_an_explicit_cpu_device_gives_the_same_numbers(lm_setup):
+    small = dict(n_pairs=2, epochs=1, batch_size=8, ref_steps=2, rlhf_steps=2, beta_sweep=(0.05,))
+    default, cpu = lm_experiment(0, **small), lm_experiment(0, device="cpu", **small)
+    assert set(cpu) == set(default) == {"S1", "S2", "S3", "S4", "flex0.05", "sft", "rm", "rlhf"}
+    for run, hist in default.items():
+        assert set(cpu[run]) == set(hist)
+        for key, v in hist.items():
+            assert isinstance(cpu[run][key], np.ndarray)
+            np.testing.assert_array_equal(cpu[run][key], v)
+    if not torch.cuda.is_available():                  # the argument reaches the device choice, before any work
+        with pytest.raises(ValueError, match="not available"):
+            lm_experiment(0, device="cuda", **small)
+    world, base, ref = lm_setup
+    on_cpu = fit_reference(world, base, seed=0, steps=30, n_embd=16, device="cpu")
+    assert module_device(on_cpu) == torch.device("cpu")
+    for (name, p), q in zip(ref.state_dict().items(), on_cpu.state_dict().values()):
+        assert torch.equal(p, q), name
+    # the model is built where asked (on meta, which allocates nothing; no step runs there)
+    assert module_device(fit_reference(world, base, seed=0, steps=0, n_embd=16, device="meta")).type == "meta"

@@ -11,6 +11,12 @@ This module holds the experiment loops of the chapter's reproduction (Yan et al.
 reference, preference pairs on/off policy (Table 1), DPO and its regularised variants with exact
 per-epoch metrics (Figs. 2 and 4), a Bradley-Terry reward model (Fig. 5), and an exact KL-regularised
 policy optimisation against it (a stand-in for PPO, Table 2).
+
+Devices: :func:`lm_experiment` runs its transformers on ``device`` (default
+:func:`companion_lib.common.device`: the GPU when present, else the CPU); the functions that receive a model
+put their inputs where the model is (:func:`~companion_lib.common.module_device`). Every random draw (model
+initialisation, preference pairs, minibatch order) is made on the CPU and its result moved, so a run on the
+CPU computes exactly the same numbers whether or not a device is named; the metrics come back as numpy arrays.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..common.device import device as default_device
+from ..common.device import module_device, to_device
 from ..tinylm import (LastTokenScorer, all_responses, exact_response_logprobs, gpt2_config, minibatches,
                       response_logprobs, tiny_causal_lm, train_loop)
 from .losses import dpo_loss, rm_loss
@@ -89,23 +97,32 @@ def peaked_distribution(world: PreferenceWorld, seed: int, scale: float = 2.0,
     return torch.softmax(logits, -1)
 
 
-def make_policy(world: PreferenceWorld, seed: int, n_embd: int = 32, n_layer: int = 2, n_head: int = 2) -> nn.Module:
-    """A tiny ``GPT2LMHeadModel`` for the world's vocabulary (no key-value cache: every forward is a full one)."""
+def make_policy(world: PreferenceWorld, seed: int, n_embd: int = 32, n_layer: int = 2, n_head: int = 2,
+                device=None) -> nn.Module:
+    """A tiny ``GPT2LMHeadModel`` for the world's vocabulary (no key-value cache: every forward is a full one).
+
+    ``device`` (default: the CPU) is where the model is put after its weights are drawn on the CPU, so the same
+    ``seed`` gives the same weights on every device."""
     cfg = gpt2_config(world.vocab_size, n_positions=1 + world.length, n_embd=n_embd, n_layer=n_layer, n_head=n_head)
     model = tiny_causal_lm(cfg, seed=seed)
     model.config.use_cache = False    # nothing here reuses a key-value cache: the same numbers, a faster forward
-    return model
+    return model if device is None else model.to(device)
 
 
 def exact_logprobs(model: nn.Module, world: PreferenceWorld) -> torch.Tensor:
-    """(P, N) exact :math:`\\log\\pi(y\\mid x)` of every response, softmax restricted to the response vocabulary."""
-    return exact_response_logprobs(model, world.prompts, world.vocab, world.length)
+    """(P, N) exact :math:`\\log\\pi(y\\mid x)` of every response, softmax restricted to the response vocabulary.
+
+    Computed on the model's device (the result stays there)."""
+    return exact_response_logprobs(model, world.prompts.to(module_device(model)), world.vocab, world.length)
 
 
 def fit_reference(world: PreferenceWorld, target: torch.Tensor, seed: int, steps: int = 200,
-                  lr: float = 1e-2, **model_kw) -> nn.Module:
-    """SFT with the exact cross-entropy :math:`-\\sum_y q(y\\mid x)\\log\\pi_\\theta(y\\mid x)` to ``target`` (P, N)."""
-    model = make_policy(world, seed, **model_kw)
+                  lr: float = 1e-2, device=None, **model_kw) -> nn.Module:
+    """SFT with the exact cross-entropy :math:`-\\sum_y q(y\\mid x)\\log\\pi_\\theta(y\\mid x)` to ``target`` (P, N).
+
+    ``device`` (default: the CPU) is where the model trains (:func:`make_policy`); the returned model is there."""
+    model = make_policy(world, seed, device=device, **model_kw)
+    target = target.to(module_device(model))
 
     def loss_fn(m, _):
         return -(target * exact_logprobs(m, world)).sum(-1).mean()
@@ -115,10 +132,12 @@ def fit_reference(world: PreferenceWorld, target: torch.Tensor, seed: int, steps
 
 
 def policy_metrics(logp: torch.Tensor, ref_logp: torch.Tensor, world: PreferenceWorld) -> dict[str, float]:
-    """Expected true reward, mass on invalid responses and KL(pi || pi_ref), averaged over prompts."""
+    """Expected true reward, mass on invalid responses and KL(pi || pi_ref), averaged over prompts.
+
+    Computed on the device of ``logp`` (the world's tables are moved there); returns Python floats."""
     p = logp.exp()
-    return {"reward": float((p * world.reward_table()).sum(-1).mean()),
-            "invalid_mass": float(p[:, world.invalid()].sum(-1).mean()),
+    return {"reward": float((p * world.reward_table().to(p.device)).sum(-1).mean()),
+            "invalid_mass": float(p[:, world.invalid().to(p.device)].sum(-1).mean()),
             "kl": float((p * (logp - ref_logp)).sum(-1).mean())}
 
 
@@ -128,8 +147,10 @@ def preference_pairs(world: PreferenceWorld, chosen_source: torch.Tensor, reject
 
     Sources are (P, N) response distributions (the policy itself = on-policy, another model = off-policy).
     Only pairs whose chosen response has a strictly higher true reward are kept. Indices refer to
-    ``world.responses``.
+    ``world.responses``. The draws are made on the CPU (with a CPU generator), whatever device the sources
+    are on, and the pairs are CPU tensors.
     """
+    chosen_source, rejected_source = chosen_source.cpu(), rejected_source.cpu()
     if chosen_source.shape != rejected_source.shape or chosen_source.shape != (world.n_prompts, len(world.responses)):
         raise ValueError("chosen_source and rejected_source must both have shape (n_prompts, n_responses)")
     g = torch.Generator().manual_seed(seed)
@@ -156,9 +177,12 @@ def preference_pairs(world: PreferenceWorld, chosen_source: torch.Tensor, reject
     return {key: torch.cat(v) for key, v in out.items()}
 
 
-def _pair_logps(model, world, pairs, idx):
+def _pair_logps(model, world, pairs, idx, responses=None):
+    """Sequence log-likelihoods of the chosen and rejected responses of pairs ``idx`` (``responses``: the
+    world's responses, already on the device of ``pairs``; default ``world.responses``)."""
+    responses = world.responses if responses is None else responses
     prompts = pairs["prompt"][idx].unsqueeze(1)
-    both = torch.cat([world.responses[pairs["chosen"][idx]], world.responses[pairs["rejected"][idx]]])
+    both = torch.cat([responses[pairs["chosen"][idx]], responses[pairs["rejected"][idx]]])
     lp = response_logprobs(model, torch.cat([prompts, prompts]), both, allowed_tokens=world.vocab)
     return lp.chunk(2)
 
@@ -175,14 +199,18 @@ def train_dpo_lm(reference: nn.Module, world: PreferenceWorld, pairs: dict[str, 
     ``eval_pairs``, ``accuracy`` (share of held-out pairs with implicit-reward margin h > 0).
     With ``curves=False`` the metrics are recorded before and after training only (arrays of length 2;
     the training itself is the same). ``sft_lambda`` weighs the NLL per chosen token (TRL's convention,
-    :func:`~companion_lib.dpo_3d.losses.dpo_loss`).
+    :func:`~companion_lib.dpo_3d.losses.dpo_loss`). The policy trains on the device of ``reference``, where
+    the pairs and each minibatch (drawn on the CPU) are moved.
     """
     policy = copy.deepcopy(reference)
+    dev = module_device(policy)
+    pairs, eval_pairs = to_device(pairs, dev), to_device(eval_pairs, dev)
+    responses = world.responses.to(dev)
     with torch.no_grad():
         ref_table = exact_logprobs(reference, world)
     rows = {"p": pairs["prompt"], "c": pairs["chosen"], "r": pairs["rejected"]}
     ref_c, ref_r = ref_table[rows["p"], rows["c"]], ref_table[rows["p"], rows["r"]]
-    seen = torch.zeros(world.n_prompts, len(world.responses), dtype=torch.bool)
+    seen = torch.zeros(world.n_prompts, len(world.responses), dtype=torch.bool, device=dev)
     seen[rows["p"], rows["c"]] = True
     seen[rows["p"], rows["r"]] = True
     hist: dict[str, list[float]] = {k: [] for k in ("logp_chosen", "logp_rejected", "reward", "invalid_mass",
@@ -204,7 +232,8 @@ def train_dpo_lm(reference: nn.Module, world: PreferenceWorld, pairs: dict[str, 
             hist["accuracy"].append(float((h > 0).float().mean()))
 
     def loss_fn(model, idx):
-        lp_c, lp_r = _pair_logps(model, world, pairs, idx)
+        idx = idx.to(dev)
+        lp_c, lp_r = _pair_logps(model, world, pairs, idx, responses)
         return dpo_loss(lp_c, lp_r, ref_c[idx], ref_r[idx], beta, beta_rejected, sft_lambda,
                         chosen_tokens=world.length).loss
 
@@ -223,12 +252,14 @@ def train_reward_model(sft_model: nn.Module, world: PreferenceWorld, pairs: dict
                        lr: float = 1e-3, seed: int = 0) -> tuple[LastTokenScorer, np.ndarray]:
     """Bradley-Terry reward model on the SFT trunk; returns it and held-out accuracy per epoch (index 0 = start).
 
-    Accuracy is the share of held-out pairs the model ranks correctly (ties count one half).
+    Accuracy is the share of held-out pairs the model ranks correctly (ties count one half). The reward model
+    trains on the device of ``sft_model``, where the sequences and each minibatch (drawn on the CPU) are moved.
     """
-    rm = LastTokenScorer(sft_model)
+    dev = module_device(sft_model)
+    rm = LastTokenScorer(sft_model).to(dev)     # the new head is made on the CPU (same draws), then moved
 
     def seqs(prs, key):
-        return torch.cat([prs["prompt"].unsqueeze(1), world.responses[prs[key]]], dim=1)
+        return torch.cat([prs["prompt"].unsqueeze(1), world.responses[prs[key]]], dim=1).to(dev)
 
     train_c, train_r = seqs(pairs, "chosen"), seqs(pairs, "rejected")
     eval_c, eval_r = seqs(eval_pairs, "chosen"), seqs(eval_pairs, "rejected")
@@ -240,6 +271,7 @@ def train_reward_model(sft_model: nn.Module, world: PreferenceWorld, pairs: dict
             return float(((diff > 0).float() + 0.5 * (diff == 0).float()).mean())   # ties count half
 
     def loss_fn(model, idx):
+        idx = idx.to(dev)
         r_c, r_r = model(torch.cat([train_c[idx], train_r[idx]])).chunk(2)   # one forward for both
         return rm_loss(r_c, r_r)
 
@@ -258,7 +290,8 @@ def exact_kl_policy_optimization(reference: nn.Module, world: PreferenceWorld, r
 
     ``reward`` is the (P, N) table of a (frozen) reward model's scores. Because the response space is
     enumerated, the objective and its gradient are exact: the stand-in for PPO at this scale. Returns the
-    policy and per-step metrics (:func:`policy_metrics`, index 0 = start).
+    policy and per-step metrics (:func:`policy_metrics`, index 0 = start). The policy trains on the device of
+    ``reference``, where ``reward`` is moved.
     """
     if not beta > 0:
         raise ValueError(f"beta must be > 0, got {beta}")
@@ -267,7 +300,7 @@ def exact_kl_policy_optimization(reference: nn.Module, world: PreferenceWorld, r
     policy = copy.deepcopy(reference)
     with torch.no_grad():
         ref_table = exact_logprobs(reference, world)
-    reward = reward.detach()
+    reward = reward.detach().to(module_device(policy))
     hist: dict[str, list[float]] = {"reward": [], "invalid_mass": [], "kl": []}
 
     def loss_fn(model, _):
@@ -288,7 +321,7 @@ def exact_kl_policy_optimization(reference: nn.Module, world: PreferenceWorld, r
 def lm_experiment(seed: int, n_pairs: int = 32, epochs: int = 20, batch_size: int = 32, lr: float = 1e-3,
                   beta: float = 0.1, beta_sweep: tuple[float, ...] = (0.09, 0.08, 0.06, 0.04),
                   sft_lambda: float = 0.3, ref_steps: int = 200, rlhf_steps: int = 100,
-                  rlhf_lr: float = 3e-3) -> dict[str, dict[str, np.ndarray]]:
+                  rlhf_lr: float = 3e-3, device=None) -> dict[str, dict[str, np.ndarray]]:
     """Every tiny-LM run of the chapter for one seed (the reproduction's Table 1, Figs. 2, 4, 5, Table 2).
 
     World and target tokens, the SFT reference, the off-policy source ("another model": an independent
@@ -299,13 +332,18 @@ def lm_experiment(seed: int, n_pairs: int = 32, epochs: int = 20, batch_size: in
     per-epoch curves (and held-out accuracy); the other runs record their start and end (``curves=False``).
     ``sft_lambda`` is per chosen token (TRL's convention): 0.3 on three-token responses is the research
     plan's 0.1 on the sequence log-likelihood.
+
+    ``device`` (default :func:`companion_lib.common.device`: the GPU when present, else the CPU) is where the
+    transformers train and are evaluated; every random draw stays on the CPU, so ``device="cpu"`` gives exactly
+    the numbers of a machine without a GPU, and the results are numpy arrays on every device.
     """
+    dev = default_device(None if device is None else str(device))
     world = make_world(seed=seed)
     base = peaked_distribution(world, seed=1000 + seed)
     off = peaked_distribution(world, seed=2000 + seed)
-    reference = fit_reference(world, base, seed=seed, steps=ref_steps)
+    reference = fit_reference(world, base, seed=seed, steps=ref_steps, device=dev)
     with torch.no_grad():
-        on = exact_logprobs(reference, world).exp()
+        on = exact_logprobs(reference, world).exp().cpu()       # a source of CPU draws
     sources = {"on": on, "off": off}
     scenarios = {1: ("on", "on"), 2: ("off", "on"), 3: ("on", "off"), 4: ("off", "off")}
     kw = dict(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed)
@@ -328,7 +366,7 @@ def lm_experiment(seed: int, n_pairs: int = 32, epochs: int = 20, batch_size: in
     with torch.no_grad():
         seqs = torch.cat([world.prompts.repeat_interleave(len(world.responses), 0),
                           world.responses.repeat(world.n_prompts, 1)], dim=1)
-        reward_hat = rm(seqs).view(world.n_prompts, -1)
+        reward_hat = rm(seqs.to(dev)).view(world.n_prompts, -1)
     _, out["rlhf"] = exact_kl_policy_optimization(reference, world, reward_hat, beta=beta, steps=rlhf_steps,
                                                   lr=rlhf_lr)
     return out

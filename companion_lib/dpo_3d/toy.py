@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..common.device import module_device
 from .losses import dpo_loss
 
 __all__ = ["TOY_SCENARIOS", "ToyPolicy", "toy_prompts", "reference_target", "fit_toy_reference",
@@ -110,7 +111,9 @@ def run_toy_dpo(references: ToyPolicy | Sequence[ToyPolicy], x: torch.Tensor, ch
     Returns arrays of shape (R, epochs + 1, P) (epoch 0 = start): ``p_chosen``, ``p_rejected``,
     ``p_unseen`` (all other responses), ``logp_chosen``, ``logp_rejected`` and ``log10_grad_chosen``,
     ``log10_grad_rejected`` (magnitudes of :math:`\\partial\\ell/\\partial\\pi^\\pm` from
-    :func:`~companion_lib.dpo_3d.losses.dpo_loss`, in decades).
+    :func:`~companion_lib.dpo_3d.losses.dpo_loss`, in decades), numpy arrays on the CPU. The runs train on the
+    device of the references (:func:`~companion_lib.common.module_device`; the CPU as :func:`fit_toy_reference`
+    builds them), where ``x`` and the pairs are moved.
     """
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
@@ -118,8 +121,10 @@ def run_toy_dpo(references: ToyPolicy | Sequence[ToyPolicy], x: torch.Tensor, ch
     if not refs or not all(isinstance(r, ToyPolicy) for r in refs):
         raise TypeError("references must be a ToyPolicy or a non-empty list of them")
     n_runs, n_prompts = len(refs), x.shape[0]
-    chosen = torch.as_tensor(chosen).long().expand(n_runs, n_prompts)
-    rejected = torch.as_tensor(rejected).long().expand(n_runs, n_prompts)
+    dev = module_device(refs[0])
+    x = x.to(dev)
+    chosen = torch.as_tensor(chosen).long().expand(n_runs, n_prompts).to(dev)
+    rejected = torch.as_tensor(rejected).long().expand(n_runs, n_prompts).to(dev)
 
     def per_run(value, name):
         t = torch.as_tensor(value, dtype=torch.float32).flatten()
@@ -127,7 +132,7 @@ def run_toy_dpo(references: ToyPolicy | Sequence[ToyPolicy], x: torch.Tensor, ch
             t = t.expand(n_runs)
         if t.numel() != n_runs:
             raise ValueError(f"{name} must be a float or a list of {n_runs} floats")
-        return t.view(n_runs, 1)
+        return t.view(n_runs, 1).to(dev)
 
     b_c = per_run(beta, "beta")
     b_r = b_c if beta_rejected is None else per_run(beta_rejected, "beta_rejected")
@@ -156,7 +161,7 @@ def run_toy_dpo(references: ToyPolicy | Sequence[ToyPolicy], x: torch.Tensor, ch
             pc, pr = lp_c.exp(), lp_r.exp()
             vals = (pc, pr, 1 - pc - pr, lp_c, lp_r, out.log_grad_chosen / ln10, out.log_grad_rejected / ln10)
             for k, v in zip(keys, vals):
-                hist[k].append(v.double().numpy())
+                hist[k].append(v.double().cpu().numpy())
         if epoch == epochs:
             break
         opt.zero_grad()
