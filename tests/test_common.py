@@ -338,6 +338,23 @@ def test_disk_cache_computes_once(tmp_path, monkeypatch):
     assert (tmp_path / "demo" / library_fingerprint()).is_dir()
 
 
+def test_disk_cache_keeps_a_gpus_results_apart(tmp_path, monkeypatch):
+    """A GPU's results are not bit-identical to the CPU's: with a GPU as the default device the cache lives in
+    a subfolder, so BOOK_DEVICE=cpu on the same machine recomputes instead of reading them."""
+    import companion_lib.common.cache as cache_module
+    monkeypatch.setenv("BOOK_CACHE_DIR", str(tmp_path))
+    calls = []
+
+    def square(x):
+        calls.append(x)
+        return x * x
+
+    assert disk_cache("demo").cache(square)(3) == 9
+    monkeypatch.setattr(cache_module, "device", lambda: torch.device("cuda"))
+    assert disk_cache("demo").cache(square)(3) == 9 and calls == [3, 3]
+    assert (tmp_path / "demo" / library_fingerprint() / "cuda").is_dir()
+
+
 def test_disk_cache_rejects_bad_namespace():
     with pytest.raises(ValueError, match="namespace"):
         disk_cache("../escape")

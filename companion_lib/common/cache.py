@@ -3,7 +3,10 @@
 The cache lives in ``$BOOK_CACHE_DIR`` (``make test`` points it at a fresh folder each run), else in
 ``<root>/_build/cache`` in a source checkout, else in a per-user folder. Its location includes a
 fingerprint of the companion library's source, so a change anywhere in the library can never serve a
-result computed by older code. joblib writes each result atomically, so two notebooks running at once
+result computed by older code. Results computed on a GPU (the default device of
+:func:`companion_lib.common.device` when one is present) go to a subfolder named after the device type, so a
+run forced onto the CPU (``BOOK_DEVICE=cpu``) is never served a GPU's numbers, nor the other way round; on the
+CPU the location has no such subfolder. joblib writes each result atomically, so two notebooks running at once
 may both compute a missing entry but never read a half-written one.
 """
 
@@ -17,6 +20,7 @@ from pathlib import Path
 
 import joblib
 
+from .device import device
 from .paths import build_dir
 
 __all__ = ["cache_dir", "disk_cache", "library_fingerprint"]
@@ -58,8 +62,17 @@ def disk_cache(namespace: str, verbose: int = 0) -> joblib.Memory:
         A folder name (letters, digits, ``_``, ``-``, ``.``), usually the chapter's module name.
     verbose:
         joblib's verbosity (0 is silent).
+
+    The folder is ``<cache_dir>/<namespace>/<library fingerprint>``, plus ``/<device type>`` when the default
+    device is not the CPU (see the module docstring).
     """
     if not isinstance(namespace, str) or not _NAMESPACE.match(namespace):
         raise ValueError(f"namespace must be a non-empty folder name of [A-Za-z0-9_.-], got {namespace!r}")
     location = cache_dir() / namespace / library_fingerprint()
+    try:
+        kind = device().type
+    except (TypeError, ValueError):   # a BOOK_DEVICE this machine lacks: the chapter's own call will say so
+        kind = "cpu"
+    if kind != "cpu":
+        location = location / kind
     return joblib.Memory(location=str(location), verbose=verbose)
