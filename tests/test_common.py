@@ -394,11 +394,14 @@ def test_device_is_the_cpu_here_and_can_be_chosen(monkeypatch):
     monkeypatch.delenv("BOOK_DEVICE", raising=False)
     expected = "cuda" if torch.cuda.is_available() else "cpu"
     assert device().type == expected and device("cpu") == torch.device("cpu")
+    assert device(torch.device("cpu")) == torch.device("cpu")
     monkeypatch.setenv("BOOK_DEVICE", "cpu")
     assert device() == torch.device("cpu") and describe_device().startswith("cpu (")
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="not available"):
             device("cuda")
+        with pytest.raises(ValueError, match="not available"):
+            device(torch.device("cuda"))
         monkeypatch.setenv("BOOK_DEVICE", "cuda:0")
         with pytest.raises(ValueError, match="not available"):
             device()

@@ -21,9 +21,11 @@ __all__ = ["device", "describe_device", "module_device", "to_device"]
 
 
 def device(prefer: str | None = None) -> torch.device:
-    """The device to run on: ``prefer`` if given, else ``$BOOK_DEVICE``, else ``cuda`` when available, else
+    """The device to run on: ``prefer`` (a name or a ``torch.device``) if given, else ``$BOOK_DEVICE``, else ``cuda`` when available, else
     ``cpu``. Raises ``ValueError`` for a device this machine does not have (named, with the choices)."""
     choice = prefer if prefer is not None else os.environ.get("BOOK_DEVICE", "").strip() or None
+    if isinstance(choice, torch.device):
+        choice = str(choice)
     if choice is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if not isinstance(choice, str):
