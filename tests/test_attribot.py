@@ -316,3 +316,61 @@ def test_tinylm_cache_helpers(scorer, prompt):
     with pytest.raises(TypeError, match="DynamicCache"):
         crop_cache((), 1)
     assert non_embedding_params(model) == ab.non_embedding_params(model)
+
+
+def test_an_explicit_cpu_device_gives_the_same_numbers(tok, prompt):
+    """Issue 37: the family trains and loads on a device argument (the GPU when present); on the CPU, passing
+    device="cpu" explicitly changes nothing, bit for bit, and the weights come back on the CPU."""
+    member = ab.FamilyMember("a", 16, 1, 2, 10)
+    f1, f2 = ab.train_family(3, (member,)), ab.train_family(3, (member,), device="cpu")
+    t1 = ab.train_member(member, 4, batch_size=4)
+    t2 = ab.train_member(member, 4, batch_size=4, device=torch.device("cpu"))
+    for s1, s2 in [(f1["a"], f2["a"]), (t1, t2)]:
+        assert s1.keys() == s2.keys()
+        assert all(torch.equal(s1[k], s2[k]) and s2[k].device.type == "cpu" for k in s1)
+    m1, m2 = ab.load_member(member, f1["a"]), ab.load_member(member, f1["a"], device="cpu")
+    assert ab.Scorer(m2, tok).device == torch.device("cpu")
+    a1 = ab.loo(ab.Scorer(m1, tok), prompt, kv_cache=True).scores
+    assert np.array_equal(a1, ab.loo(ab.Scorer(m2, tok), prompt, kv_cache=True).scores)
+    assert ab.answer_accuracy(m1, [prompt]) == ab.answer_accuracy(m2, [prompt])
+
+
+def test_every_pass_feeds_the_model_on_its_own_device(tok, prompt):
+    """On the meta device (nothing allocated) a forward pass accepts CPU token ids silently, so a hook records
+    the device of every tensor the model and its embedding receive: each method must send them where the
+    model is (on a GPU a CPU input would raise). The methods then stop where a score is read out (meta
+    tensors hold no values)."""
+    member = ab.FamilyMember("t", 16, 1, 2, 10)
+    model = ab.load_member(member, tiny_causal_lm(gpt2_config(len(tok), 96, 16, 1, 2), seed=0).state_dict(),
+                           device="meta")
+    assert next(model.parameters()).device.type == "meta"
+    seen = []
+
+    def record(module, args, kwargs):
+        seen.extend(t.device.type for t in [*args, *kwargs.values()] if isinstance(t, torch.Tensor))
+
+    hooks = [model.register_forward_pre_hook(record, with_kwargs=True),
+             model.get_input_embeddings().register_forward_pre_hook(record, with_kwargs=True)]
+    scorer = ab.Scorer(model, tok, "meta")
+    ids, pos = list(prompt.ids), list(prompt.response_positions)
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([ids], device="meta"), use_cache=True)
+    cache = getattr(out, "cache", None) or out.past_key_values
+    a = prompt.sources[3][0]
+    ab_ids, ab_pos = prompt.ablate([prompt.sources[3]])
+    calls = [lambda: scorer.loglik(ids, pos), lambda: scorer.loglik(ids, pos, target="logit"),
+             lambda: ab.loo(scorer, prompt, kv_cache=True),
+             lambda: scorer.loglik_after_prefix(cache, a, ab_ids, ab_pos),
+             lambda: ab.generate_response(scorer, prompt), lambda: ab.gradient_norm_attribution(scorer, prompt),
+             lambda: ab.attention_attribution(scorer, prompt), lambda: ab.similarity_attribution(scorer, prompt),
+             lambda: ab.answer_accuracy(model, [prompt])]
+    try:
+        for call in calls:
+            before = len(seen)
+            with pytest.raises((RuntimeError, NotImplementedError), match="meta"):
+                call()
+            assert len(seen) > before or call is calls[7]     # similarity reads the embedding table only
+    finally:
+        for h in hooks:
+            h.remove()
+    assert seen and set(seen) == {"meta"}, sorted(set(seen))

@@ -41,6 +41,7 @@ from sklearn.linear_model import Lasso
 from sklearn.metrics import average_precision_score
 from transformers import DynamicCache
 
+from ..common.device import module_device
 from ..common.validation import check_positive_int, check_probability
 from ..tinylm import cache_kwarg, crop_cache
 from .prompt import ContextPrompt
@@ -64,7 +65,9 @@ class Scorer:
 
     ``cost`` accumulates tokens processed :math:`\times` non-embedding parameters over every forward pass;
     ``flops`` is twice that plus any extra arithmetic a method declares (:meth:`add_flops`); ``passes``
-    counts the passes. All methods but the gradient norm run under ``torch.no_grad``.
+    counts the passes. All methods but the gradient norm run under ``torch.no_grad``. Every pass runs where
+    ``model`` is (:attr:`device`: move the model, e.g. ``model.to(companion_lib.common.device())``, and the
+    token ids follow); scores come back as Python floats or CPU arrays.
     """
 
     def __init__(self, model, tokenizer, name: str = "model") -> None:
@@ -78,6 +81,15 @@ class Scorer:
 
     def reset(self) -> None:
         self.tokens, self.passes, self._extra_flops = 0, 0, 0.0
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model is (:func:`~companion_lib.common.module_device`), so where its passes run."""
+        return module_device(self.model)
+
+    def _ids(self, ids, dev: torch.device | None = None) -> torch.Tensor:
+        """A (1, T) tensor of token ids on ``dev`` (default: the model's device)."""
+        return torch.tensor([ids], device=self.device if dev is None else dev)
 
     @property
     def cost(self) -> float:
@@ -100,13 +112,14 @@ class Scorer:
     def _sum_logprobs(logits: torch.Tensor, ids: list[int], positions: list[int], offset: int = 0,
                       target: str = "loglik") -> torch.Tensor:
         # logits[j] predicts token offset + j + 1
-        rows = torch.tensor([p - 1 - offset for p in positions])
+        dev = logits.device
+        rows = torch.tensor([p - 1 - offset for p in positions], device=dev)
         z = logits[rows].float()
-        tokens = torch.tensor([ids[p] for p in positions])
+        tokens = torch.tensor([ids[p] for p in positions], device=dev)
         if target == "loglik":
-            return torch.log_softmax(z, -1)[torch.arange(len(positions)), tokens].sum()
+            return torch.log_softmax(z, -1)[torch.arange(len(positions), device=dev), tokens].sum()
         if target == "logit":       # context-cite: the correct logit minus the logsumexp of the others
-            correct = z[torch.arange(len(positions)), tokens]
+            correct = z[torch.arange(len(positions), device=dev), tokens]
             others = z.scatter(-1, tokens[:, None], -torch.inf).logsumexp(-1)
             return (correct - others).sum()
         raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
@@ -118,14 +131,14 @@ class Scorer:
         if target not in TARGETS:
             raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
         self._count(len(ids))
-        logits = self.model(input_ids=torch.tensor([ids])).logits[0]
+        logits = self.model(input_ids=self._ids(ids)).logits[0]
         return float(self._sum_logprobs(logits, ids, positions, target=target))
 
     @torch.no_grad()
     def cached_pass(self, ids: list[int], positions: list[int]) -> tuple[float, DynamicCache]:
         """The log-likelihood and the key/value cache of the full sequence (one full pass)."""
         self._count(len(ids))
-        out = self.model(input_ids=torch.tensor([ids]), use_cache=True)
+        out = self.model(input_ids=self._ids(ids), use_cache=True)
         cache = getattr(out, "cache", None) or out.past_key_values
         return float(self._sum_logprobs(out.logits[0], ids, positions)), cache
 
@@ -144,8 +157,9 @@ class Scorer:
         prefix = crop_cache(cache, prefix_len)      # companion_lib.tinylm: a copy of the first prefix_len positions
         suffix = ids[prefix_len:]
         self._count(len(suffix))
-        pos = torch.arange(prefix_len, len(ids))[None]
-        logits = self.model(input_ids=torch.tensor([suffix]), position_ids=pos, **{self._kw: prefix}).logits[0]
+        dev = self.device
+        pos = torch.arange(prefix_len, len(ids), device=dev)[None]
+        logits = self.model(input_ids=self._ids(suffix, dev), position_ids=pos, **{self._kw: prefix}).logits[0]
         return float(self._sum_logprobs(logits, ids, positions, offset=prefix_len))
 
     @torch.no_grad()
@@ -155,7 +169,7 @@ class Scorer:
             self._eager = copy.deepcopy(self.model)
             self._eager.set_attn_implementation("eager")
         self._count(len(ids))
-        out = self._eager(input_ids=torch.tensor([ids]), output_attentions=True)
+        out = self._eager(input_ids=torch.tensor([ids], device=module_device(self._eager)), output_attentions=True)
         return torch.stack([a[0] for a in out.attentions])
 
 
@@ -308,7 +322,7 @@ def attention_attribution(scorer: Scorer, prompt: ContextPrompt) -> Attribution:
     """Mean attention (over layers, heads and the positions that predict response tokens) on each source."""
     att = scorer.attentions(list(prompt.ids))
     rows = [p - 1 for p in prompt.response_positions]
-    a = att[:, :, rows, :].mean(dim=(0, 1, 2)).numpy()
+    a = att[:, :, rows, :].mean(dim=(0, 1, 2)).cpu().numpy()
     return Attribution(np.array([a[s:e].sum() for s, e in prompt.sources]))
 
 
@@ -322,7 +336,8 @@ def generate_response(scorer: Scorer, prompt: ContextPrompt) -> list[int]:
     first = prompt.response_positions[0]
     ids = list(prompt.ids[:first])
     scorer._count(len(ids))
-    out = scorer.model(input_ids=torch.tensor([ids]), use_cache=True)
+    dev = scorer.device
+    out = scorer.model(input_ids=scorer._ids(ids, dev), use_cache=True)
     cache, logits = getattr(out, "cache", None) or out.past_key_values, out.logits[0, -1]
     answers = []
     for p in range(first, len(prompt.ids)):
@@ -332,7 +347,7 @@ def generate_response(scorer: Scorer, prompt: ContextPrompt) -> list[int]:
         if p == len(prompt.ids) - 1:
             break
         scorer._count(1)
-        out = scorer.model(input_ids=torch.tensor([[tok]]), position_ids=torch.tensor([[p]]),
+        out = scorer.model(input_ids=scorer._ids([tok], dev), position_ids=torch.tensor([[p]], device=dev),
                            **{scorer._kw: cache}, use_cache=True)
         cache, logits = getattr(out, "cache", None) or out.past_key_values, out.logits[0, -1]
     return answers
@@ -345,7 +360,7 @@ def gradient_norm_attribution(scorer: Scorer, prompt: ContextPrompt) -> Attribut
     ids, pos = list(prompt.ids), list(prompt.response_positions)
     model = scorer.model
     with torch.enable_grad():
-        emb = model.get_input_embeddings()(torch.tensor([ids])).detach().requires_grad_(True)
+        emb = model.get_input_embeddings()(scorer._ids(ids)).detach().requires_grad_(True)
         logits = model(inputs_embeds=emb).logits[0]
         (grad,) = torch.autograd.grad(scorer._sum_logprobs(logits, ids, pos), emb)
     scorer._count(3 * len(ids))
@@ -365,7 +380,7 @@ def similarity_attribution(scorer: Scorer, prompt: ContextPrompt) -> Attribution
     scores = torch.nn.functional.cosine_similarity(src, resp[None], dim=-1)
     scorer.add_flops(2 * E.shape[1] * (sum(b - a for a, b in prompt.sources) + len(prompt.response_positions)
                                        + 3 * prompt.n_sources))
-    return Attribution(scores.numpy().astype(float))
+    return Attribution(scores.cpu().numpy().astype(float))
 
 
 def outlier_sources(truth, z: float = 2.0) -> np.ndarray:

@@ -21,6 +21,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..common.device import device as default_device
+from ..common.device import module_device
 from ..common.validation import check_positive_int
 from ..tinylm import gpt2_config, non_embedding_params, tiny_causal_lm, train_loop, word_tokenizer
 from .prompt import ContextPrompt
@@ -161,23 +163,27 @@ FAMILY = (FamilyMember("target", 96, 3, 4, 150), FamilyMember("proxy-mid", 48, 2
 
 
 def _answer_loss(model: nn.Module, batch) -> torch.Tensor:
-    ids, labels = batch
+    dev = module_device(model)
+    ids, labels = (t.to(dev) for t in batch)      # a batch drawn on the CPU, moved to the model's device
     logits = model(input_ids=ids).logits[:, :-1]
     return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
                                        ignore_index=-100)
 
 
 def train_member(member: FamilyMember, seed: int, batch_size: int = 32, lr: float = 3e-3,
-                 n_positions: int = 96, steps: int | None = None) -> dict[str, torch.Tensor]:
+                 n_positions: int = 96, steps: int | None = None, device=None) -> dict[str, torch.Tensor]:
     """Train one model of the family on answer tokens only (AdamW, one-cycle schedule); return its state_dict.
 
     Uses ``companion_lib.tinylm``: :func:`word_tokenizer`, :func:`gpt2_config`, :func:`tiny_causal_lm`,
-    :func:`train_loop`. Deterministic given ``seed``.
+    :func:`train_loop`. Deterministic given ``seed``. ``device`` (default :func:`companion_lib.common.device`:
+    the GPU when present, else the CPU) is where the model trains; the weights are drawn and the batches
+    built on the CPU as before and moved there, and the state_dict comes back on the CPU.
     """
     tok = task_tokenizer()
     steps = member.steps if steps is None else check_positive_int(steps, "steps")
+    dev = default_device() if device is None else torch.device(device)
     cfg = gpt2_config(len(tok), n_positions, member.n_embd, member.n_layer, member.n_head)
-    model = tiny_causal_lm(cfg, seed=seed)
+    model = tiny_causal_lm(cfg, seed=seed).to(dev)
     model.train()
     rng = np.random.default_rng([seed, member.n_embd, member.n_layer])
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
@@ -186,30 +192,40 @@ def train_member(member: FamilyMember, seed: int, batch_size: int = 32, lr: floa
     train_loop(model, _answer_loss, batches, optimizer=opt, grad_clip=1.0,
                callback=lambda step, loss: sched.step())
     model.eval()
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
 
 
-def load_member(member: FamilyMember, state: dict[str, torch.Tensor], n_positions: int = 96) -> nn.Module:
-    """A GPT-2 of ``member``'s size holding the trained weights ``state`` (eval mode)."""
+def load_member(member: FamilyMember, state: dict[str, torch.Tensor], n_positions: int = 96,
+                device=None) -> nn.Module:
+    """A GPT-2 of ``member``'s size holding the trained weights ``state`` (eval mode), on ``device``
+    (default :func:`companion_lib.common.device`: the GPU when present, else the CPU); a :class:`~.methods.Scorer`
+    wrapping it runs every pass there."""
     tok = task_tokenizer()
+    dev = default_device() if device is None else torch.device(device)
     model = tiny_causal_lm(gpt2_config(len(tok), n_positions, member.n_embd, member.n_layer, member.n_head), seed=0)
     model.load_state_dict(state)
     model.eval()
-    return model
+    return model.to(dev)
 
 
-def train_family(seed: int, family: tuple[FamilyMember, ...] = FAMILY) -> dict[str, dict[str, torch.Tensor]]:
-    """State dicts of the whole family, keyed by name (wrap in ``disk_cache`` to share between notebooks)."""
+def train_family(seed: int, family: tuple[FamilyMember, ...] = FAMILY,
+                 device=None) -> dict[str, dict[str, torch.Tensor]]:
+    """State dicts of the whole family, keyed by name (wrap in ``disk_cache`` to share between notebooks).
+
+    ``device`` (default :func:`companion_lib.common.device`: the GPU when present, else the CPU) is where the
+    models train (:func:`train_member`); the state dicts come back on the CPU."""
     torch.manual_seed(seed)
-    return {m.name: train_member(m, seed) for m in family}
+    dev = default_device() if device is None else torch.device(device)
+    return {m.name: train_member(m, seed, device=dev) for m in family}
 
 
 @torch.no_grad()
 def answer_accuracy(model: nn.Module, prompts: list[ContextPrompt]) -> float:
-    """Share of answer tokens that are the greedy next token given the full prompt."""
+    """Share of answer tokens that are the greedy next token given the full prompt (run where ``model`` is)."""
     hits = total = 0
+    dev = module_device(model)
     for pr in prompts:
-        logits = model(input_ids=torch.tensor([pr.ids])).logits[0]
+        logits = model(input_ids=torch.tensor([pr.ids], device=dev)).logits[0]
         for p in pr.response_positions:
             hits += int(logits[p - 1].argmax()) == pr.ids[p]
             total += 1
