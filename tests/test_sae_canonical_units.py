@@ -141,7 +141,7 @@ def test_fast_trainer_equals_the_plain_reference_loop(world_and_data, kind):
     """train_saes (batched, mask-skipping) gives bit for bit what the plain one-SAE loop on the
     implementation page gives, AuxK included (latents go dead with dead_after=5, more than k_aux=4)."""
     world, X, Xt = world_and_data
-    fast, h_fast = S.train_sae(X, 64, 2, kind, steps=120, seed=3, dead_after=5, k_aux=4)
+    fast, h_fast = S.train_sae(X, 64, 2, kind, steps=120, seed=3, dead_after=5, k_aux=4, device="cpu")
     ref, h_ref = S.train_sae_reference(X, 64, 2, kind, steps=120, seed=3, dead_after=5, k_aux=4)
     assert max(h_ref.dead) > 4                        # AuxK with more dead latents than k_aux was exercised
     assert h_fast.dead == h_ref.dead and h_fast.loss == h_ref.loss
@@ -149,7 +149,7 @@ def test_fast_trainer_equals_the_plain_reference_loop(world_and_data, kind):
         assert torch.equal(getattr(fast, name), getattr(ref, name)), name
     assert torch.equal(fast.threshold, ref.threshold) or kind == "topk"
     # full batch (every row in every step), as a meta-SAE with a learned b_dec trains
-    m_fast, g_fast = S.train_meta_sae(world.entities, 10, 2, steps=40, seed=1, fix_b_dec_zero=False)
+    m_fast, g_fast = S.train_meta_sae(world.entities, 10, 2, steps=40, seed=1, fix_b_dec_zero=False, device="cpu")
     m_ref, g_ref = S.train_sae_reference(world.entities, 10, 2, steps=40, batch_size=10**6, seed=1)
     assert np.allclose(g_fast.loss, g_ref.loss, rtol=1e-5) and torch.allclose(m_fast.W_dec, m_ref.W_dec, atol=1e-5)
 
@@ -252,3 +252,47 @@ def test_stopped_stitching_path_decreases_at_every_step(world_and_data):
     assert len(path) == len(moves) + 1 and (np.diff(path) < 0).all()
     full, _ = S.stitching_path(A, B, Xt[:300], stop=False)
     assert np.allclose(full[:len(path)], path)      # the same greedy choices until it stops
+
+
+def test_an_explicit_cpu_device_gives_the_same_numbers(world_and_data):
+    """Issue 37: the batched trainer and the experiment take a device (default: the GPU when present); on the
+    CPU, passing device="cpu" explicitly changes nothing, bit for bit, and the models come back on the CPU."""
+    from companion_lib.common import module_device
+
+    world, X, Xt = world_and_data
+    kw = dict(steps=60, seeds=[3, 4], dead_after=3, k_aux=2)      # AuxK with more dead latents than k_aux
+    (a, b), (ha, hb) = S.train_saes([X, X[:3000]], 64, 2, **kw)
+    (c, d), (hc, hd) = S.train_saes([X, X[:3000]], 64, 2, device="cpu", **kw)
+    assert max(ha.dead) > 2 and (ha.loss, ha.dead, hb.loss) == (hc.loss, hc.dead, hd.loss)
+    for m, m1 in ((a, c), (b, d)):
+        assert module_device(m1).type == "cpu"
+        assert all(torch.equal(v, m1.state_dict()[name]) for name, v in m.state_dict().items())
+    metas = [S.train_meta_saes([world.entities, world.entities[:30]], 10, 3, steps=20, seeds=[0, 1],
+                               fix_b_dec_zero=[True, False], **dev)[0] for dev in ({}, {"device": "cpu"})]
+    assert all(torch.equal(p, q) for m, m1 in zip(*metas) for p, q in zip(m.parameters(), m1.parameters()))
+    cfg = dict(widths=(8, 16), stitch=(8, 16), topk_width=16, steps=10, meta_steps=5, n_train=600, n_test=200,
+               n_gt_entities=30)
+    r1, r2 = S.run_experiments([0], device="cpu", **cfg), S.run_experiments([0], **cfg)
+    assert S.summarize(r1).equals(S.summarize(r2))
+    assert module_device(r1[0]["saes"][16]).type == "cpu" and module_device(r1[0]["meta"]["model"]).type == "cpu"
+
+
+@pytest.mark.parametrize("kind", ["batchtopk", "topk"])
+def test_the_batched_loop_keeps_every_tensor_on_its_device(kind):
+    """On the meta device (which allocates nothing, and raises when a CPU tensor meets a meta one) the
+    batched loop runs every batch layout: one row count for all (batches drawn up front), different row
+    counts (drawn step by step), full batch beside drawn batches (masked), and all full batch; the CPU
+    generators' draws are moved there and the weights, thresholds and histories stay there. (AuxK is off:
+    its branch asks whether a latent is dead, which a meta tensor cannot answer.)"""
+    from companion_lib.sae_canonical_units.training import _train_stacked
+
+    rng = np.random.default_rng(0)
+    X = [torch.as_tensor(rng.standard_normal((50, 6)), dtype=torch.float32) for _ in range(2)]
+    for Xs, batch_size, fixed, inits in [(X, 16, [False, False], ["mean", "mean"]),
+                                         ([X[0], X[1][:30]], 16, [False, False], ["mean", "zero"]),
+                                         ([X[0], X[1][:30]], 40, [True, False], ["zero", "zero"]),
+                                         ([X[0], X[1][:30]], 100, [True, True], ["zero", "zero"])]:
+        gens = [torch.Generator().manual_seed(i) for i in range(2)]
+        out = _train_stacked(Xs, gens, 8, 2, kind, 3, batch_size, 1e-3, 4, 0.0, 2, fixed, inits, 0.99, "meta")
+        assert all(t.device.type == "meta" for t in out)
+        assert [tuple(t.shape) for t in out] == [(2, 6, 8), (2, 8), (2, 8, 6), (2, 6), (2,), (3, 2), (3, 2)]

@@ -33,7 +33,8 @@ The package, in the order the chapter uses it:
 * :mod:`.stitching` -- insertion deltas, swap groups and stitching paths.
 * :mod:`.experiment` -- the book's runs over worlds and seeds, and their per-world summary.
 
-Only numpy and torch are used at run time.
+Only numpy and torch are used at run time; :func:`companion_lib.common.device` chooses where the SAEs train
+(the GPU when present, else the CPU; the trained models come back on the CPU).
 """
 
 from .evaluation import (alive_latents, atom_hit_fraction, classify_latents, max_cosine, mean_l0, meta_decomposition,

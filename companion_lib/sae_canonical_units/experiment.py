@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..common.device import device as default_device
 from .world import _unit, make_world, sample_activations
 from .training import train_meta_saes, train_saes
 from .evaluation import (alive_latents, atom_hit_fraction, classify_latents, max_cosine, mean_l0, nmse,
@@ -22,7 +23,8 @@ def _spearman(a, b) -> float:
 
 def run_experiments(seeds, replicates: int = 1, widths=(16, 32, 64, 128), k: int = 2, steps: int = 3000,
                     n_train: int = 40000, n_test: int = 4000, topk_width: int = 64, stitch=(16, 64),
-                    meta_width: int = 20, meta_k: int = 3, meta_steps: int = 3000, n_gt_entities: int = 400) -> list[dict]:
+                    meta_width: int = 20, meta_k: int = 3, meta_steps: int = 3000, n_gt_entities: int = 400,
+                    device=None) -> list[dict]:
     r"""The chapter's reproduction on ``replicates`` worlds per seed (world $r$ of seed $s$ is drawn from
     ``np.random.default_rng([s, r])``): for every world, BatchTopK SAEs of every width (and one TopK of
     width ``topk_width``), the stitching analysis of ``stitch = (A, B)`` on alive B latents, and
@@ -30,7 +32,11 @@ def run_experiments(seeds, replicates: int = 1, widths=(16, 32, 64, 128), k: int
     null), and on ``n_gt_entities`` ground-truth entity vectors ($b_{dec}$ fixed at zero, learned from the
     mean, learned from zero as in the official code). All worlds' SAEs of one kind and width are
     trained in one batched loop (:func:`train_saes`), and all meta-SAEs in one. Returns one dict of
-    plain numbers and arrays per world (cacheable); ``"config"`` records the widths it used."""
+    plain numbers and arrays per world (cacheable); ``"config"`` records the widths it used.
+    ``device`` (default :func:`companion_lib.common.device`: the GPU when present, else the CPU) is where the
+    batched SAE and meta-SAE training runs; the worlds and batch rows are drawn on the CPU as always, the
+    trained models come back on the CPU, and the evaluation and stitching stay there, so a CPU run gives
+    the same numbers whatever the device argument."""
     keys = [(int(s), r) for s in seeds for r in range(int(replicates))]
     if not keys:
         raise ValueError("seeds must be non-empty and replicates >= 1")
@@ -40,6 +46,7 @@ def run_experiments(seeds, replicates: int = 1, widths=(16, 32, 64, 128), k: int
     config = dict(widths=widths, k=int(k), topk_width=int(topk_width), stitch=tuple(int(w) for w in stitch),
                   meta_width=int(meta_width))
     train_seeds = [1000 * s + r for s, r in keys]
+    dev = default_device() if device is None else torch.device(device)
     outs = []
     for s, r in keys:
         rng = np.random.default_rng([s, r])
@@ -48,10 +55,11 @@ def run_experiments(seeds, replicates: int = 1, widths=(16, 32, 64, 128), k: int
         outs.append({"seed": s, "replicate": r, "config": config, "world": world, "X": X, "Xt": Xt, "sweep": [],
                      "saes": {}})
     for w in widths:
-        saes, _ = train_saes([o["X"] for o in outs], w, k, "batchtopk", steps=steps, seeds=train_seeds)
+        saes, _ = train_saes([o["X"] for o in outs], w, k, "batchtopk", steps=steps, seeds=train_seeds, device=dev)
         for o, m in zip(outs, saes):
             o["saes"][w] = m
-    topk_saes, _ = train_saes([o["X"] for o in outs], topk_width, k, "topk", steps=steps, seeds=train_seeds)
+    topk_saes, _ = train_saes([o["X"] for o in outs], topk_width, k, "topk", steps=steps, seeds=train_seeds,
+                             device=dev)
     meta_inputs = []
     for o, topk_sae in zip(outs, topk_saes):
         world, Xt = o["world"], o["Xt"]
@@ -94,10 +102,12 @@ def run_experiments(seeds, replicates: int = 1, widths=(16, 32, 64, 128), k: int
     gt_worlds = [make_world(np.random.default_rng([s, r, 1]), n_entities=n_gt_entities) for s, r in keys]
     gt_rows = [g.entities for g in gt_worlds]
     # (two loops: the decoder rows and their null have the same row counts, the ground truth has more)
-    metas, _ = train_meta_saes(meta_inputs + nulls, meta_width, meta_k, steps=meta_steps, seeds=train_seeds * 2)
+    metas, _ = train_meta_saes(meta_inputs + nulls, meta_width, meta_k, steps=meta_steps, seeds=train_seeds * 2,
+                               device=dev)
     metas, null_metas = metas[:R], metas[R:]
     gts, _ = train_meta_saes(gt_rows * 3, meta_width, meta_k, steps=meta_steps, seeds=train_seeds * 3,
-                             fix_b_dec_zero=[True] * R + [False] * (2 * R), b_dec_init=["zero"] * R + ["mean"] * R + ["zero"] * R)
+                             fix_b_dec_zero=[True] * R + [False] * (2 * R), b_dec_init=["zero"] * R + ["mean"] * R + ["zero"] * R,
+                             device=dev)
     gt_zero, gt_mean, gt_official = gts[:R], gts[R:2 * R], gts[2 * R:]
     for i, (o, meta, rows) in enumerate(zip(outs, metas, meta_inputs)):
         world = o["world"]
@@ -126,7 +136,7 @@ def _fve(meta, rows) -> float:
 
 
 def run_experiment(seed: int, **kw) -> dict:
-    r"""One world of :func:`run_experiments` (seed ``seed``, replicate 0)."""
+    r"""One world of :func:`run_experiments` (seed ``seed``, replicate 0; ``device`` and the rest as there)."""
     return run_experiments([seed], replicates=1, **kw)[0]
 
 
