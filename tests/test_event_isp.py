@@ -221,3 +221,29 @@ def test_training_reduces_the_loss():
     assert out.shape == (16, 16, 16, 3) and out.min() >= 0 and out.max() <= 1
     with pytest.raises(ValueError, match="steps"):
         ei.train_isp(model, tensors, steps=0)
+
+
+def test_an_explicit_cpu_device_gives_the_same_numbers():
+    """Issue 37: the models train and predict on a device argument (the GPU when present); on the CPU,
+    passing device="cpu" explicitly changes nothing, bit for bit."""
+    kw = dict(n_train=4, n_test=2, size=16, steps=2, batch=2, width=4, models=("TwoStage", "EV-UNet"),
+              scratch_models=("UNet",), sweep_blurs=(8,), n_sweep=2, n_examples=2)
+    a, b = ei.run_benchmark(0, **kw), ei.run_benchmark(0, device="cpu", **kw)
+    metrics = ["PSNR", "SSIM", "L1", "params"]
+    assert a["table"][["model", "mode", *metrics]].equals(b["table"][["model", "mode", *metrics]])
+    assert a["sweep"].equals(b["sweep"])
+    assert all(np.array_equal(a["losses"][k], b["losses"][k]) for k in a["losses"])
+    assert all(np.array_equal(a["examples"][k], b["examples"][k]) for k in a["examples"])
+
+
+def test_training_runs_on_the_models_device():
+    """train_isp moves each CPU-drawn batch to the model's device: on the meta device (which computes
+    nothing) a step runs through forward, backward and the optimizer and stops only at reading the loss,
+    where a batch left on the CPU would have failed earlier, in the backward pass."""
+    torch.manual_seed(0)
+    tensors = {"raw": torch.rand(4, 4, 8, 8), "events": torch.rand(4, 8, 8, 8), "base": torch.rand(4, 3, 16, 16),
+               "target": torch.rand(4, 3, 16, 16), "target_linear": torch.rand(4, 3, 16, 16)}
+    for name in ("TwoStage", "EV-UNet"):
+        model = ei.build_model(name, width=4).to("meta")
+        with pytest.raises(RuntimeError, match="item.*meta"):
+            ei.train_isp(model, tensors, steps=1, batch=2)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from companion_lib import infomorphic_neurons as im
-from companion_lib.infomorphic_neurons.network import with_
+from companion_lib.infomorphic_neurons.network import _atoms, with_
 
 
 def _gate(f):
@@ -276,3 +276,38 @@ def test_run_models_with_own_splits_per_replicate():
     np.testing.assert_allclose(r["accuracy"][:, 0], r2["accuracy"][:, 0])
     np.testing.assert_allclose(r["atoms"][:, :, 0], r2["atoms"][:, :, 0], rtol=1e-5, atol=1e-6)
     assert not np.allclose(r["atoms"][:, :, 1], r2["atoms"][:, :, 1])
+
+
+def test_an_explicit_cpu_device_gives_the_same_numbers():
+    """Issue 37: the networks train and are tested on a device argument (the GPU when present); on the CPU,
+    passing device="cpu" explicitly changes nothing, bit for bit."""
+    cfg = im.TrainConfig(n_hidden=6, epochs=2)
+    goals = ["trivariate heuristic", "trivariate optimised"]
+    a, b = im.run_models(cfg, [3, 4], goals=goals), im.run_models(cfg, [3, 4], goals=goals, device="cpu")
+    assert np.array_equal(a["accuracy"], b["accuracy"]) and np.array_equal(a["atoms"], b["atoms"])
+    c = with_(cfg, hidden="context", goal="context heuristic")
+    assert np.array_equal(im.run_models(c, 3)["atoms"], im.run_models(c, 3, device="cpu")["atoms"])
+    assert im.backprop_accuracy(cfg, 3) == im.backprop_accuracy(cfg, 3, device="cpu")
+
+
+def test_networks_run_on_their_device_with_the_cpus_random_draws():
+    """On the meta device (which computes nothing) a layer's forward pass, the soft histograms, the PID
+    atoms of both layers and the surrogate gradient run without touching the CPU, which would fail on a
+    CPU tensor made inside; the units' random draws still come from the CPU's generator, as on the CPU."""
+    cfg = im.TrainConfig(n_hidden=4)
+    net = im.InfoNet(6, 3, cfg, n_models=2).to("meta")
+    x, y1 = torch.zeros(5, 2, 6, device="meta"), torch.zeros(5, 2, 3, device="meta")
+    srcs, theta, s = net.hidden_forward(x, y1)
+    assert _atoms(srcs, theta, cfg.bins_hidden).device.type == "meta"
+    atoms_o = _atoms([net.output_drive(s), 2 * y1 - 1], net.output_theta(s), [cfg.bins_output, 2])
+    assert atoms_o.shape == (2 * 3, 5) and atoms_o.device.type == "meta"
+    _, _, s = net.hidden_forward(x, y1, surrogate=True)
+    s.sum().backward()
+    assert net.ff_w.grad.device.type == "meta"
+    # two passes (lateral), each a draw of 5 x 2 x 4 uniforms from the CPU generator
+    torch.manual_seed(0)
+    net.hidden_forward(x, y1)
+    after_meta = torch.rand(3)
+    torch.manual_seed(0)
+    torch.rand(2, 5, 2, 4)
+    assert torch.equal(after_meta, torch.rand(3))

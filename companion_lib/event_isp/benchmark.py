@@ -12,6 +12,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..common.device import device as default_device
+from ..common.device import to_device
 from ..common.validation import check_int, check_positive_int
 from .conventional import ConventionalISP, apply_ccm, delta_e2000, image_metrics
 from .models import build_model, count_parameters, predict_isp, to_tensors, train_isp
@@ -61,12 +63,18 @@ def _scores(name: str, prediction: np.ndarray, data: dict) -> list[dict]:
 def run_benchmark(seed: int, n_train: int = 512, n_test: int = 64, size: int = 32, max_blur: float = 12.0,
                   exposures=(1.0, 0.25), steps: int = 300, batch: int = 16, lr: float = 3e-3, width: int = 16,
                   event_bins: int = 8, threshold: float = 0.15, models=MODEL_ORDER, scratch_models=(),
-                  sweep_blurs=(0, 4, 8, 12), n_sweep: int = 64, n_examples: int = 4) -> dict:
+                  sweep_blurs=(0, 4, 8, 12), n_sweep: int = 64, n_examples: int = 4, device=None) -> dict:
     """One seed of the benchmark. ``models`` are trained in the residual set-up, ``scratch_models`` (UNet,
     EV-UNet) from scratch, named ``"<name> (scratch)"`` in the results. Returns ``table`` (one row per model
     and exposure mode: PSNR, SSIM, L1, plus params and ms/step), ``sweep`` (PSNR/SSIM per model at each
     fixed blur), ``calibration`` (:func:`calibration_report`), ``losses`` and ``examples`` (a few test inputs
-    and outputs)."""
+    and outputs).
+
+    ``device`` (default :func:`companion_lib.common.device`: the GPU when present, else the CPU) is where the
+    models train and predict; the simulation, the conventional ISP and the scores stay on the CPU, and on
+    the CPU the results are the same numbers whatever the argument.
+    """
+    dev = default_device() if device is None else torch.device(device)
     seed = check_int(seed, "seed", low=0)
     n_train, n_test = check_positive_int(n_train, "n_train"), check_positive_int(n_test, "n_test")
     rng = np.random.default_rng([seed, 15])
@@ -86,6 +94,7 @@ def run_benchmark(seed: int, n_train: int = 512, n_test: int = 64, size: int = 3
         return to_tensors(data, isp.process_batch(data["raw"], dark), dark, sensor.white_level)
 
     train_t, test_t = inputs(train), inputs(test)
+    train_dev = to_device(train_t, dev)   # once, not per step (on the CPU: the same tensors)
     sweep_t = {b: inputs(d) for b, d in sweep_sets.items()}
     base = np.moveaxis(test_t["base"].numpy(), 1, -1)
     rows = [dict(r, params=0, ms_per_step=np.nan) for r in _scores("conventional", base, test)]
@@ -96,8 +105,9 @@ def run_benchmark(seed: int, n_train: int = 512, n_test: int = 64, size: int = 3
     runs = [(name, name, True) for name in models] + [(f"{name} (scratch)", name, False) for name in scratch_models]
     for k, (label, name, residual) in enumerate(runs):
         torch.manual_seed(seed * 100 + k)
-        model = build_model(name, width=width, event_bins=event_bins, residual=residual)
-        fit = train_isp(model, train_t, steps=steps, batch=batch, lr=lr, seed=seed * 100 + k)
+        # initialised on the CPU by the seed above, then moved (on the CPU, .to() is a no-op)
+        model = build_model(name, width=width, event_bins=event_bins, residual=residual).to(dev)
+        fit = train_isp(model, train_dev, steps=steps, batch=batch, lr=lr, seed=seed * 100 + k)
         losses[label] = fit["loss"]
         prediction = predict_isp(model, test_t)
         examples[label] = prediction[:n_examples]

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..common.device import module_device
 from ..common.validation import check_int, check_positive, check_positive_int
 
 __all__ = ["PlainCNN", "TwoStageISP", "UNet", "EventUNet", "MODEL_CLASSES", "build_model", "count_parameters",
@@ -196,6 +197,16 @@ def _channels_last(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous(memory_format=torch.channels_last)
 
 
+def _batch(tensors: dict, keys: tuple, rows, dev: torch.device) -> dict:
+    """Rows ``rows`` (an index tensor drawn on the CPU, or a slice) of the tensors ``keys`` of
+    :func:`to_tensors`, on ``dev`` (the model's device); where they already are, nothing is copied."""
+    out = {}
+    for key in keys:
+        t = tensors[key]
+        out[key] = t[rows.to(t.device) if isinstance(rows, torch.Tensor) else rows].to(dev)
+    return out
+
+
 def count_parameters(model: nn.Module) -> int:
     """Number of trainable parameters."""
     return int(sum(p.numel() for p in model.parameters() if p.requires_grad))
@@ -223,12 +234,16 @@ def train_isp(model: nn.Module, tensors: dict, steps: int = 300, batch: int = 16
     r"""Train ``model`` in its set-up, residual $\hat y = y_0 + f_\theta$ or from scratch $\hat y = f_\theta$
     (:func:`build_model`), with the Charbonnier loss, Adam and a cosine schedule; a :class:`TwoStageISP` also
     gets ``aux_weight`` times the stage-1 loss against the linear target. Tensors run in the channels-last
-    memory layout (about a third faster for these small convolutions on a CPU; same arithmetic). Returns
-    the loss curve and the mean wall-clock milliseconds per step."""
+    memory layout (about a third faster for these small convolutions on a CPU; same arithmetic). The model
+    trains where it is (move it first, e.g. ``model.to(device())``): each mini-batch is drawn by the CPU
+    generator and moved to the model's device, so ``tensors`` may stay on the CPU or be moved there once.
+    Returns the loss curve and the mean wall-clock milliseconds per step."""
     steps, batch = check_positive_int(steps, "steps"), check_positive_int(batch, "batch")
     lr = check_positive(lr, "lr")
     generator = torch.Generator().manual_seed(check_int(seed, "seed", low=0))
     n = tensors["raw"].shape[0]
+    dev = module_device(model)
+    keys = ("raw", "events", "base", "target") + (("target_linear",) if isinstance(model, TwoStageISP) else ())
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps)
     losses = []
@@ -236,11 +251,11 @@ def train_isp(model: nn.Module, tensors: dict, steps: int = 300, batch: int = 16
     start = time.perf_counter()
     for _ in range(steps):
         idx = torch.randint(0, n, (batch,), generator=generator)
-        raw, events = _channels_last(tensors["raw"][idx]), _channels_last(tensors["events"][idx])
-        base = tensors["base"][idx]
-        loss = charbonnier(_offset(model, base) + model(raw, events, base), tensors["target"][idx])
+        b = _batch(tensors, keys, idx, dev)
+        raw, events, base = _channels_last(b["raw"]), _channels_last(b["events"]), b["base"]
+        loss = charbonnier(_offset(model, base) + model(raw, events, base), b["target"])
         if isinstance(model, TwoStageISP):
-            loss = loss + aux_weight * charbonnier(model.restore(raw, base), tensors["target_linear"][idx])
+            loss = loss + aux_weight * charbonnier(model.restore(raw, base), b["target_linear"])
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -252,12 +267,13 @@ def train_isp(model: nn.Module, tensors: dict, steps: int = 300, batch: int = 16
 
 @torch.no_grad()
 def predict_isp(model: nn.Module, tensors: dict, batch: int = 64) -> np.ndarray:
-    """Display RGB predictions (n, H, W, 3) in [0, 1] of a trained model (residual or from scratch)."""
+    """Display RGB predictions (n, H, W, 3) in [0, 1] of a trained model (residual or from scratch), computed
+    on the model's device (each batch of ``tensors`` is moved there) and returned as a CPU array."""
     model.to(memory_format=torch.channels_last).eval()
+    dev = module_device(model)
     out = []
     for i in range(0, tensors["raw"].shape[0], batch):
-        sl = slice(i, i + batch)
-        base = tensors["base"][sl]
-        raw, events = _channels_last(tensors["raw"][sl]), _channels_last(tensors["events"][sl])
+        b = _batch(tensors, ("raw", "events", "base"), slice(i, i + batch), dev)
+        raw, events, base = _channels_last(b["raw"]), _channels_last(b["events"]), b["base"]
         out.append((_offset(model, base) + model(raw, events, base)).clamp(0, 1).contiguous())
-    return np.moveaxis(torch.cat(out).numpy(), 1, -1)
+    return np.moveaxis(torch.cat(out).cpu().numpy(), 1, -1)

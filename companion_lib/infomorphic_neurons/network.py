@@ -14,6 +14,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..common.device import device as default_device
+from ..common.device import module_device
 from ..common.replicates import mean_interval
 from .pid import atom_labels, pid_from_joint
 
@@ -88,13 +90,13 @@ def soft_joint(sources: list, theta: torch.Tensor, n_bins) -> torch.Tensor:
         raise ValueError("sources and theta must all have the same shape [batch, neurons]")
     B, N = theta.shape
     with torch.no_grad():
-        idx = torch.zeros(B, N, dtype=torch.long)
+        idx = torch.zeros(B, N, dtype=torch.long, device=theta.device)
         for s, b in zip(sources, bins):
             idx = idx * int(b) + _bin(s, int(b))
     cells = int(np.prod(bins)) * 2
     w = torch.stack([1 - theta, theta], dim=-1).reshape(B, N * 2).T       # [N*2, B]
-    flat_idx = (idx * 2).T.unsqueeze(1) + torch.arange(2).view(1, 2, 1)  # [N, 2, B]
-    P = torch.zeros(N, cells, dtype=theta.dtype)
+    flat_idx = (idx * 2).T.unsqueeze(1) + torch.arange(2, device=theta.device).view(1, 2, 1)  # [N, 2, B]
+    P = torch.zeros(N, cells, dtype=theta.dtype, device=theta.device)
     P = P.scatter_add(1, flat_idx.reshape(N, 2 * B), w.reshape(N, 2 * B))
     return (P / B).reshape(N, *[int(b) for b in bins], 2)
 
@@ -126,10 +128,18 @@ def _uniform(*shape, fan_in: int) -> nn.Parameter:
     return nn.Parameter(torch.empty(*shape).uniform_(-bound, bound))
 
 
+def _uniform_like(t: torch.Tensor) -> torch.Tensor:
+    """U(0, 1) draws shaped like ``t`` from torch's CPU generator, on ``t``'s device: a model on a GPU
+    consumes the CPU's random stream as a CPU run does (on the CPU this is ``torch.rand_like(t)``)."""
+    if t.device.type == "cpu":
+        return torch.rand_like(t)
+    return torch.rand_like(t, device="cpu").to(t.device)
+
+
 def _sample(theta: torch.Tensor) -> torch.Tensor:
     """Bernoulli(theta) samples in {0, 1}, without gradient (a uniform draw below theta)."""
     with torch.no_grad():
-        return (torch.rand_like(theta) < theta).to(theta.dtype)
+        return (_uniform_like(theta) < theta).to(theta.dtype)
 
 
 class SurrogateBernoulli(torch.autograd.Function):
@@ -144,7 +154,7 @@ class SurrogateBernoulli(torch.autograd.Function):
     def forward(ctx, a):
         ctx.save_for_backward(a)
         with torch.no_grad():
-            return (torch.rand_like(a) < torch.sigmoid(a)).to(a.dtype)
+            return (_uniform_like(a) < torch.sigmoid(a)).to(a.dtype)
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -252,15 +262,16 @@ def predict_proba(net: InfoNet, X, passes: int, flip: bool = True) -> np.ndarray
     """Output theta [B, M, K] averaged over stochastic passes, context 0, inverted neurons flipped.
 
     ``X`` is ``[B, d]`` or ``[B, M, d]`` (a test set per model). ``flip=False`` keeps the output neurons as
-    they are (for the backprop baseline, whose outputs are trained to be the class probabilities).
+    they are (for the backprop baseline, whose outputs are trained to be the class probabilities). Runs on
+    ``net``'s device; returns a CPU array.
     """
     with torch.no_grad():
-        x = torch.as_tensor(X)
+        x = torch.as_tensor(X).to(module_device(net))
         theta = torch.stack([net.output_theta(net.hidden_forward(x, None)[2]) for _ in range(passes)]).mean(0)
         if flip:
             flip_mask = theta.mean(0) >= 0.5   # PID cannot tell Y from 1 - Y: a neuron may learn the inverse code
             theta = torch.where(flip_mask, 1 - theta, theta)
-    return theta.numpy()
+    return theta.cpu().numpy()
 
 
 def _goal_dict(goal) -> dict:
@@ -321,7 +332,7 @@ def _batches(seeds, own: bool, n: int, batch: int):
     return perms
 
 
-def run_models(cfg: TrainConfig, seed, goals=None, replicates: int = 1, data=None) -> dict:
+def run_models(cfg: TrainConfig, seed, goals=None, replicates: int = 1, data=None, device=None) -> dict:
     r"""Train ``len(goals) * R`` networks side by side, by local goals only.
 
     ``seed`` is an int (``R = replicates`` networks per goal on one split, with initial weights number
@@ -331,7 +342,12 @@ def run_models(cfg: TrainConfig, seed, goals=None, replicates: int = 1, data=Non
     are paired. Each layer's loss is $-\sum_j G_j$ over its neurons; the hidden outputs reach the output
     layer detached, so nothing is backpropagated between layers. Returns test ``accuracy`` ``[G, R]``,
     the hidden neurons' mean ``atoms`` per epoch ``[epochs, G, R, atoms + 1]`` and ``atom_labels``.
+
+    ``device`` (default :func:`companion_lib.common.device`: the GPU when present, else the CPU) is where the
+    networks train and are tested; initial weights, mini-batch orders and the units' random draws come from
+    the CPU's generators as before, so on the CPU the results are the same numbers whatever the argument.
     """
+    dev = default_device() if device is None else torch.device(device)
     goals = [_goal_dict(g) for g in (goals if goals is not None else [cfg.goal])]
     if not goals:
         raise ValueError("goals must name at least one goal")
@@ -344,30 +360,31 @@ def run_models(cfg: TrainConfig, seed, goals=None, replicates: int = 1, data=Non
     _init_replicates(net, seeds, own, Xtr.shape[-1], K, cfg, G)
     with torch.no_grad():
         net.out_w.mul_(0.1)
+    net.to(dev)   # initialised on the CPU above (on the CPU, .to() is a no-op)
     torch.manual_seed(seeds[0])
     rngs = [np.random.default_rng(s) for s in (seeds if own else seeds[:1])]
     perms = _batches(seeds, own, Xtr.shape[1], cfg.batch)
     N = int(cfg.n_hidden)
     if net.hidden_sources:
         g_hidden = torch.stack([goal_vector(g, net.hidden_sources) for g in goals])        # [G, atoms]
-        g_hidden = g_hidden.repeat_interleave(R * N, dim=0)                                 # [G*R*N, atoms]
-    g_out = goal_vector(GOALS["output"], 2)
+        g_hidden = g_hidden.repeat_interleave(R * N, dim=0).to(dev)                         # [G*R*N, atoms]
+    g_out = goal_vector(GOALS["output"], 2).to(dev)
     hidden_params = [net.ff_w, net.ff_b, net.ctx_w, net.ctx_b, net.lat_w, net.lat_b]
     opt_h = (torch.optim.Adam(hidden_params, lr=cfg.lr_hidden, weight_decay=cfg.wd_hidden)
              if net.hidden_sources else None)
     opt_o = torch.optim.Adam([net.out_w, net.out_b], lr=cfg.lr_output, weight_decay=cfg.wd_output)
-    eye = torch.eye(K)
-    X_t, y_t = torch.as_tensor(Xtr), torch.as_tensor(ytr)      # [R, n, d], [R, n]
+    eye = torch.eye(K).to(dev)
+    X_t, y_t = torch.as_tensor(Xtr).to(dev), torch.as_tensor(ytr).to(dev)      # [R, n, d], [R, n]
     rep_of_model = torch.arange(G * R) % R
-    cols = torch.arange(R)
+    rep_dev, cols = rep_of_model.to(dev), torch.arange(R).to(dev)
     history = []
     for _ in range(cfg.epochs):
         perm = perms(rngs)                                         # [n, R]
         epoch_atoms = []
         for start in range(0, len(perm) - cfg.batch // 2, cfg.batch):
-            ib = torch.as_tensor(perm[start:start + cfg.batch])    # [B, R]
-            x = X_t[cols, ib][:, rep_of_model]                     # [B, G*R, d]
-            y1 = eye[y_t[cols, ib]][:, rep_of_model]               # [B, G*R, K]
+            ib = torch.as_tensor(perm[start:start + cfg.batch]).to(dev)    # [B, R]
+            x = X_t[cols, ib][:, rep_dev]                          # [B, G*R, d]
+            y1 = eye[y_t[cols, ib]][:, rep_dev]                    # [B, G*R, K]
             srcs, theta, s = net.hidden_forward(x, y1)
             if opt_h is not None:
                 atoms = _atoms(srcs, theta, cfg.bins_hidden)
@@ -386,21 +403,22 @@ def run_models(cfg: TrainConfig, seed, goals=None, replicates: int = 1, data=Non
             loss_o.backward()
             opt_o.step()
         if epoch_atoms:
-            history.append(torch.stack(epoch_atoms).mean(0).numpy())
+            history.append(torch.stack(epoch_atoms).mean(0).cpu().numpy())
     proba = predict_proba(net, Xte[:, rep_of_model.numpy()], cfg.test_passes)        # [B, G*R, K]
     accuracy = (proba.argmax(-1) == yte[:, rep_of_model.numpy()]).mean(0).reshape(G, R)
     labels = atom_labels(net.hidden_sources) + ("H_res",) if net.hidden_sources else ()
     return {"accuracy": accuracy, "atoms": np.array(history), "atom_labels": labels}
 
 
-def run_experiment(cfg: TrainConfig, seed: int, data=None) -> dict:
-    """One network (:func:`run_models` with one goal, one replicate): test accuracy and atom history."""
-    r = run_models(cfg, seed, data=data)
+def run_experiment(cfg: TrainConfig, seed: int, data=None, device=None) -> dict:
+    """One network (:func:`run_models` with one goal, one replicate): test accuracy and atom history.
+    ``device`` as in :func:`run_models`."""
+    r = run_models(cfg, seed, data=data, device=device)
     atoms = r["atoms"][:, 0, 0] if len(r["atoms"]) else r["atoms"]
     return {"accuracy": float(r["accuracy"][0, 0]), "atoms": atoms, "atom_labels": r["atom_labels"]}
 
 
-def backprop_accuracy(cfg: TrainConfig, seed, data=None, lr: float = 0.02):
+def backprop_accuracy(cfg: TrainConfig, seed, data=None, lr: float = 0.02, device=None):
     r"""The paper's backprop baseline: the same network trained end to end by a surrogate gradient.
 
     The official ``GlobalBackpropModel``: the trivariate hidden layer of :class:`InfoNet` (label as
@@ -410,11 +428,13 @@ def backprop_accuracy(cfg: TrainConfig, seed, data=None, lr: float = 0.02):
     on the cross-entropy of the output drives. Tested like the infomorphic networks: context 0,
     ``cfg.test_passes`` stochastic passes averaged. ``seed`` as in :func:`run_models` (an int gives one
     network, a float accuracy; a list, one network per seed with its own split, an array of accuracies).
+    ``device`` as in :func:`run_models` (where the networks train; the CPU's random draws as before).
     """
     if cfg.hidden != "trivariate":
         raise ValueError(f"the backprop baseline uses the trivariate hidden layer, got hidden={cfg.hidden!r}")
     if not lr > 0:
         raise ValueError(f"lr must be positive, got {lr!r}")
+    dev = default_device() if device is None else torch.device(device)
     seeds, splits, own = _splits(seed, 1, data)
     R = len(seeds)
     Xtr, ytr, Xte, yte = _stack(splits)
@@ -422,17 +442,18 @@ def backprop_accuracy(cfg: TrainConfig, seed, data=None, lr: float = 0.02):
     torch.manual_seed(seeds[0])
     net = InfoNet(Xtr.shape[-1], K, cfg, n_models=R)
     _init_replicates(net, seeds, own, Xtr.shape[-1], K, cfg, 1)
+    net.to(dev)   # initialised on the CPU above (on the CPU, .to() is a no-op)
     torch.manual_seed(seeds[0])
     rngs = [np.random.default_rng(s) for s in (seeds if own else seeds[:1])]
     perms = _batches(seeds, own, Xtr.shape[1], cfg.batch)
     opt = torch.optim.Adam(net.parameters(), lr=lr)
-    eye = torch.eye(K)
-    X_t, y_t = torch.as_tensor(Xtr), torch.as_tensor(ytr)
-    cols = torch.arange(R)
+    eye = torch.eye(K).to(dev)
+    X_t, y_t = torch.as_tensor(Xtr).to(dev), torch.as_tensor(ytr).to(dev)
+    cols = torch.arange(R).to(dev)
     for _ in range(cfg.epochs):
         perm = perms(rngs)
         for start in range(0, len(perm) - cfg.batch // 2, cfg.batch):
-            ib = torch.as_tensor(perm[start:start + cfg.batch])
+            ib = torch.as_tensor(perm[start:start + cfg.batch]).to(dev)
             x, y = X_t[cols, ib], y_t[cols, ib]                              # [B, R, d], [B, R]
             _, _, s = net.hidden_forward(x, eye[y], surrogate=True)
             logits = net.output_drive(s)                                      # [B, R, K]

@@ -144,7 +144,7 @@ def isx_redundancies(P, n_sources: int = 3, validate: bool = True, source_grad: 
         # the marginal P(S_A = s_A, T = t) of every source set A within S, broadcast to the grid of S
         m_st = torch.stack([(PS.sum(dim=[lead + S.index(i) for i in S if i not in A], keepdim=True)
                              if len(A) < k else PS).expand_as(PS) for A in subsets])
-        Ct = torch.as_tensor(C, dtype=P.dtype)
+        Ct = torch.as_tensor(C, dtype=P.dtype, device=P.device)
         pu_t = (Ct @ m_st.reshape(len(subsets), -1)).reshape(len(C), *m_st.shape[1:])
         grid = list(range(lead + 1, lead + k + 2))
         term_st = (PS * torch.log2(pu_t.clamp_min(tiny))).sum(dim=grid)
@@ -175,7 +175,7 @@ def pid_from_joint(P, n_sources: int | None = None, validate: bool = True,
         n_sources = P_t.ndim - 1
     n = _check_n(n_sources)
     red = isx_redundancies(P_t, n, validate=validate, source_grad=source_grad)
-    M = torch.as_tensor(mobius_matrix(n), dtype=red.dtype)
+    M = torch.as_tensor(mobius_matrix(n), dtype=red.dtype, device=red.device)
     atoms = red @ M.T
     lead = P_t.ndim - n - 1
     p_t = P_t.sum(dim=tuple(range(lead, lead + n)))
