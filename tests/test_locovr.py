@@ -337,3 +337,34 @@ def test_map_patch_reads_the_map_in_the_heading_frame():
     np.testing.assert_allclose(pe, pw, atol=0.2)                 # mirror homes, mirror walks: the same view
     open_ = {"past1": east["past1"], "occ": [occ]}
     assert (lv.map_patch(open_) >= pe).all() and lv.map_patch(open_).min() > 0
+
+
+def test_an_explicit_cpu_device_gives_the_same_numbers():
+    """Issue 37: the MLPs and U-Nets train and predict on a device argument (the GPU when present); on the
+    CPU, passing device="cpu" explicitly changes nothing, bit for bit, and the models are built where asked
+    (on the meta device, which allocates nothing, a feature left on the CPU would make the MLP raise)."""
+    from companion_lib.common import module_device
+    torch.set_num_threads(1)
+    kw = dict(n_train=4, many=2, few=1, single=1, n_test_layouts=1, n_test=2, traj_steps=5, unet_steps=0)
+    a, b = lv.run_experiment(0, **kw), lv.run_experiment(0, device="cpu", **kw)
+    assert a["errors"].keys() == b["errors"].keys() and np.array_equal(a["near"], b["near"])
+    assert all(np.array_equal(a["errors"][k], b["errors"][k]) for k in a["errors"])
+    s = lv.make_samples(lv.generate_dataset(1, 2, seed=1), per_episode=2)
+    train = {"LocoVR-mini": lv.generate_dataset(1, 2, seed=2)}
+    a, b = (lv.map_tasks(train, s, 0, steps=2, batch=2, width=2, device=d) for d in (None, "cpu"))
+    for task in ("chamfer", "goal"):
+        assert a[task].keys() == b[task].keys()
+        assert all(np.array_equal(a[task][k], b[task][k]) for k in a[task])
+    ex_a, ex_b = a["example"]["LocoVR-mini"], b["example"]["LocoVR-mini"]
+    assert all(np.array_equal(ex_a[k], ex_b[k]) for k in ex_a)
+    n1, n2 = lv.train_trajectory(s, steps=3), lv.train_trajectory(s, steps=3, device="cpu")
+    assert module_device(n2).type == "cpu"
+    assert all(torch.equal(u, v) for u, v in zip(n1.state_dict().values(), n2.state_dict().values()))
+    assert np.array_equal(lv.predict_trajectory(n1, s), lv.predict_trajectory(n2, s))
+    X, Y = lv.rasterise(s, 32)
+    meta = lv.train_trajectory(s, steps=1, device="meta")
+    assert module_device(meta).type == "meta"
+    with pytest.raises(NotImplementedError, match="meta"):   # the forward ran on meta; only the copy out fails
+        lv.predict_trajectory(meta, s)
+    for loss, target in (("bce", Y), ("ce", lv.goal_targets(s))):
+        assert module_device(lv.train_unet(X, target, loss=loss, steps=1, batch=2, width=2, device="meta")).type == "meta"

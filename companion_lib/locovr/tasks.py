@@ -6,6 +6,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..common.device import module_device
 from .floorplan import ROOM_M, clearance_m, downsample, make_floorplan, to_cell, to_metres
 from .metrics import chamfer
 from .sim import Episode, simulate_episode
@@ -113,19 +114,25 @@ class TinyUNet(nn.Module):
 
 
 def train_unet(X: np.ndarray, Y: np.ndarray, loss: str = "bce", steps: int = 300, batch: int = 32,
-               lr: float = 2e-3, width: int = 16, seed: int = 0, pos_weight: float = 4.0) -> TinyUNet:
+               lr: float = 2e-3, width: int = 16, seed: int = 0, pos_weight: float = 4.0,
+               device=None) -> TinyUNet:
     """Adam on per-pixel BCE (path maps, ``loss="bce"``) or the cross-entropy of a softmax over the free
-    pixels to a target heatmap summing to one (goal maps, ``"ce"``)."""
+    pixels to a target heatmap summing to one (goal maps, ``"ce"``).
+
+    ``device`` (default: the CPU) is where the U-Net trains and is returned, e.g. a GPU; it is initialised
+    and its batches are drawn on the CPU as before and then moved there, so the CPU path is the same
+    whatever the device argument."""
     if loss not in ("bce", "ce"):
         raise ValueError(f"loss must be 'bce' or 'ce', got {loss!r}")
+    dev = torch.device("cpu") if device is None else torch.device(device)
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    net = TinyUNet(X.shape[1], width)
+    net = TinyUNet(X.shape[1], width).to(dev)
     opt = torch.optim.Adam(net.parameters(), lr=lr)
-    Xt, Yt = torch.from_numpy(X), torch.from_numpy(Y)
-    bce = nn.BCEWithLogitsLoss(pos_weight=torch.tensor(pos_weight))
+    Xt, Yt = torch.from_numpy(X).to(dev), torch.from_numpy(Y).to(dev)
+    bce = nn.BCEWithLogitsLoss(pos_weight=torch.tensor(pos_weight).to(dev))
     for _ in range(steps):
-        idx = torch.from_numpy(rng.integers(0, len(X), size=min(batch, len(X))))
+        idx = torch.from_numpy(rng.integers(0, len(X), size=min(batch, len(X)))).to(dev)
         out = net(Xt[idx])
         if loss == "bce":
             l = bce(out, Yt[idx])
@@ -140,8 +147,8 @@ def train_unet(X: np.ndarray, Y: np.ndarray, loss: str = "bce", steps: int = 300
 
 @torch.no_grad()
 def predict_maps(net: TinyUNet, X: np.ndarray) -> np.ndarray:
-    """Sigmoid maps (n, res, res)."""
-    return torch.sigmoid(net(torch.from_numpy(X))[:, 0]).numpy()
+    """Sigmoid maps (n, res, res), computed where ``net`` is and returned as a NumPy array."""
+    return torch.sigmoid(net(torch.from_numpy(X).to(module_device(net)))[:, 0]).cpu().numpy()
 
 
 def extract_path(prob: np.ndarray, occ: np.ndarray, start: np.ndarray, goal: np.ndarray) -> np.ndarray:
@@ -242,14 +249,20 @@ class TrajectoryMLP(nn.Module):
 
 
 def train_trajectory(samples: dict, use_p2: bool = True, steps: int = 600, lr: float = 2e-3,
-                     seed: int = 0, use_map: bool = True) -> TrajectoryMLP:
-    """Full-batch Adam on the mean squared error of heading-frame future offsets."""
+                     seed: int = 0, use_map: bool = True, device=None) -> TrajectoryMLP:
+    """Full-batch Adam on the mean squared error of heading-frame future offsets.
+
+    ``device`` (default: the CPU) is where the MLP trains and is returned, e.g. a GPU; it is initialised
+    on the CPU as before and moved there with its features, so the CPU path is the same whatever the
+    device argument."""
+    dev = torch.device("cpu") if device is None else torch.device(device)
     torch.manual_seed(seed)
     X = torch.from_numpy(trajectory_features(samples, use_p2, use_map))
     R = _frame(samples["past1"])
     Y = np.einsum("nij,ntj->nti", R, samples["fut1"] - samples["past1"][:, -1:]).reshape(len(X), -1)
     Y = torch.from_numpy(Y.astype(np.float32))
-    net = TrajectoryMLP(X.shape[1])
+    net = TrajectoryMLP(X.shape[1]).to(dev)
+    X, Y = X.to(dev), Y.to(dev)
     opt = torch.optim.Adam(net.parameters(), lr=lr, weight_decay=1e-4)
     for _ in range(steps):
         l = ((net(X) - Y) ** 2).mean()
@@ -261,8 +274,9 @@ def train_trajectory(samples: dict, use_p2: bool = True, steps: int = 600, lr: f
 
 @torch.no_grad()
 def predict_trajectory(net: TrajectoryMLP, samples: dict, use_p2: bool = True, use_map: bool = True) -> np.ndarray:
-    """Future positions (n, 30, 2) in world metres."""
-    out = net(torch.from_numpy(trajectory_features(samples, use_p2, use_map))).numpy().reshape(-1, FUT, 2)
+    """Future positions (n, 30, 2) in world metres (the MLP runs where ``net`` is)."""
+    X = torch.from_numpy(trajectory_features(samples, use_p2, use_map)).to(module_device(net))
+    out = net(X).cpu().numpy().reshape(-1, FUT, 2)
     R = _frame(samples["past1"])
     return np.einsum("nji,ntj->nti", R, out) + samples["past1"][:, -1:]
 
