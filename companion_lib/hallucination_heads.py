@@ -34,6 +34,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from .common.device import device as default_device
+from .common.device import module_device
 from .tinyvlm.hooks import check_heads, head_mask, module_ablation, record_attention
 from .tinyvlm.model import IMAGE_SLICE, TEXT_START, TinyVLM, as_patches, caption_batch, greedy_captions
 from .tinyvlm.train import js_divergence, js_drift  # Fig. 5's drift is recorded while the world trains
@@ -108,13 +110,16 @@ def object_tokens(images, captions: list, truths: list, only_hallucinated_captio
 @torch.no_grad()
 def token_probs(model: TinyVLM, data: ObjectTokens, context=None) -> np.ndarray:
     r""":math:`p_\theta(y_t\mid v, x_{<t})` at every text position (``(n, T)``), under an optional
-    intervention ``context`` (a context manager, e.g. :func:`~companion_lib.tinyvlm.head_mask`)."""
+    intervention ``context`` (a context manager, e.g. :func:`~companion_lib.tinyvlm.head_mask`). The forward
+    pass runs where the model is (``data`` follows it); the array is on the CPU."""
     model.eval()
+    dev = module_device(model)
+    ids, patches = data.ids.to(dev), data.patches.to(dev)
     with (context if context is not None else nullcontext()):
-        logits = model(data.ids, patches=data.patches).logits[:, TEXT_START:TEXT_START + data.ids.shape[1]]
+        logits = model(ids, patches=patches).logits[:, TEXT_START:TEXT_START + ids.shape[1]]
     probs = torch.softmax(logits.float(), -1)
-    target = data.labels.clamp(min=0)
-    return probs.gather(-1, target[..., None])[..., 0].numpy()
+    target = data.labels.to(dev).clamp(min=0)
+    return probs.gather(-1, target[..., None])[..., 0].cpu().numpy()
 
 
 def head_components(model) -> list:
@@ -196,22 +201,24 @@ def attention_mass(model: TinyVLM, data: ObjectTokens, tokens: str = "all") -> d
     r"""Fig. 3: mean attention mass on the image block, :math:`a^{\mathrm{img}}=\sum_{j\in\mathcal I}A_{q,j}`,
     and on the post-image text, :math:`a^{\mathrm{txt}}=\sum_{j=s+n_v}^{q}A_{q,j}`, at the queries that
     predict object tokens. ``tokens`` selects ``"all"`` object tokens (the paper: every object token of the
-    hallucinated captions), ``"hallucinated"`` or ``"real"`` ones. Arrays ``(n_layers, n_heads)``."""
+    hallucinated captions), ``"hallucinated"`` or ``"real"`` ones. Arrays ``(n_layers, n_heads)`` (the
+    forward pass runs where the model is; the arrays are on the CPU)."""
     sel = {"all": data.mask, "hallucinated": data.hallucinated, "real": data.mask & ~data.hallucinated}
     if tokens not in sel:
         raise ValueError(f"tokens must be one of {sorted(sel)}, got {tokens!r}")
     rows, cols = np.nonzero(sel[tokens])
     model.eval()
+    dev = module_device(model)
     with record_attention(model) as rec:
-        model(data.ids, patches=data.patches)
+        model(data.ids.to(dev), patches=data.patches.to(dev))
     img, txt = [], []
     for layer in rec:
         A = layer[0]  # (n, H, S, S)
-        q = torch.as_tensor(TEXT_START + cols)
-        r = torch.as_tensor(rows)
+        q = torch.as_tensor(TEXT_START + cols, device=dev)
+        r = torch.as_tensor(rows, device=dev)
         a = A[r, :, q, :]  # (m, H, S)
-        img.append(a[:, :, IMAGE_SLICE].sum(-1).mean(0).numpy())
-        txt.append(a[:, :, TEXT_START:].sum(-1).mean(0).numpy())
+        img.append(a[:, :, IMAGE_SLICE].sum(-1).mean(0).cpu().numpy())
+        txt.append(a[:, :, TEXT_START:].sum(-1).mean(0).cpu().numpy())
     return {"image": np.stack(img), "text": np.stack(txt)}
 
 
@@ -224,23 +231,27 @@ def _caption_block(rec, n_text: int) -> torch.Tensor:
 def attention_similarity(vlm: TinyVLM, base_lm: TinyVLM, data: ObjectTokens, sketch_ids: torch.Tensor) -> np.ndarray:
     r"""Fig. 4: per head, the mean over samples of
     :math:`\cos(\mathrm{vec}A^{(l,h)}_{\mathrm{VLM}},\mathrm{vec}A^{(l,h)}_{\mathrm{LM}})` of the caption-block
-    attention maps, the VLM reading the image and the base LM reading the text sketch of the same scene."""
+    attention maps, the VLM reading the image and the base LM reading the text sketch of the same scene.
+    Each model reads its inputs where it is; the maps are compared where ``vlm`` is, and the array is on the
+    CPU."""
     sketch_ids = torch.as_tensor(sketch_ids, dtype=torch.long)
     if sketch_ids.shape != (data.ids.shape[0], IMAGE_SLICE.stop - IMAGE_SLICE.start):
         raise ValueError(f"sketch_ids must have shape ({data.ids.shape[0]}, 16), got {tuple(sketch_ids.shape)}")
     T = data.ids.shape[1]
+    dev, dev_lm = module_device(vlm), module_device(base_lm)
+    ids = data.ids.to(dev)
     with record_attention(vlm) as rv:
-        vlm(data.ids, patches=data.patches)
+        vlm(ids, patches=data.patches.to(dev))
     with record_attention(base_lm) as rb:
-        base_lm(data.ids, sketch_ids=sketch_ids)
-    a, b = _caption_block(rv, T), _caption_block(rb, T)
+        base_lm(data.ids.to(dev_lm), sketch_ids=sketch_ids.to(dev_lm))
+    a, b = _caption_block(rv, T), _caption_block(rb, T).to(dev)
     # only rows and columns of real (non-padding) caption tokens
-    valid = (data.ids != TOKEN_ID["<pad>"]).float()
+    valid = (ids != TOKEN_ID["<pad>"]).float()
     m = valid[:, :, None] * valid[:, None, :]
     a = (a * m[None, :, None]).flatten(-2)
     b = (b * m[None, :, None]).flatten(-2)
     cos = nn.functional.cosine_similarity(a, b, dim=-1)  # (L, n, H)
-    return cos.mean(1).numpy()
+    return cos.mean(1).cpu().numpy()
 
 
 def caption_chair(model: TinyVLM, images, truths, context=None) -> tuple[list, dict]:
@@ -264,6 +275,7 @@ def targeted_finetune(model: TinyVLM, heads: list, images, captions: list, steps
 
     The paper also trains ``lm_head``; here it is tied to the input embeddings, so it stays frozen.
     ``captions`` are token-id captions (``describe ... . <eos>``). Returns the tuned copy and the losses.
+    The copy trains where ``model`` is: the batches are drawn on the CPU generator and moved there.
     """
     heads = check_heads(model, heads)
     if not heads:
@@ -289,17 +301,20 @@ def targeted_finetune(model: TinyVLM, heads: list, images, captions: list, steps
             params.append(proj.weight)
             masks.append(mask)
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    dev = module_device(tuned)
     patches = as_patches(images)
     gen = torch.Generator().manual_seed(int(seed))
     non_image = torch.ones(TEXT_START + max(len(c) for c in captions), dtype=torch.bool)
     non_image[IMAGE_SLICE] = False
+    non_image = non_image.to(dev)
     losses = []
     for step in range(steps):
         idx = torch.randint(0, len(captions), (batch_size,), generator=gen)
         ids, labels = caption_batch([captions[i] for i in idx.tolist()])
+        ids, labels = ids.to(dev), labels.to(dev)
         T = ids.shape[1]
         with record_attention(tuned) as rec:
-            logits = tuned(ids, patches=patches[idx]).logits[:, TEXT_START:TEXT_START + T]
+            logits = tuned(ids, patches=patches[idx].to(dev)).logits[:, TEXT_START:TEXT_START + T]
         ce = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
         resp = (labels != -100).float()  # response rows R
         att_terms = []
@@ -362,7 +377,7 @@ def choose_tau(sweep: dict, baseline: dict, max_recall_drop: float = 2.0) -> flo
 
 def run_experiment(world, n_natural: int = 600, n_trigger: int = 300, n_attr: int = 300, k: int = 3,
                    n_random: int = 3, alphas=(1.0, 0.5, 0.0), tau: float = 0.4, tfhh_steps: int = 100,
-                   tfhh_batch: int = 32, n_tfhh: int = 600, n_similarity: int = 100) -> Experiment:
+                   tfhh_batch: int = 32, n_tfhh: int = 600, n_similarity: int = 100, device=None) -> Experiment:
     """The reproduce page's experiment on one trained world (:class:`companion_lib.tinyvlm.World`).
 
     Attribution uses an *attribution split* (``n_attr`` natural and ``n_attr`` trigger-only images, the
@@ -379,6 +394,10 @@ def run_experiment(world, n_natural: int = 600, n_trigger: int = 300, n_attr: in
     occluded partner), ``tfhh_steps`` steps of ``tfhh_batch`` pairs (100 x 32: the paper's 200 x 16 examples).
     Its competitors: the same tuning of each of the ``n_random`` random head sets, and the same tuning of the
     same heads on the same data with cross-entropy alone (``lam_att = 0``).
+
+    ``device`` (default :func:`companion_lib.common.device`: the GPU when present, else the CPU) is where the
+    models caption, are ablated, intervened on and tuned; the splits and head draws are made on the CPU as
+    before, and every result comes back to the CPU (on the CPU the numbers are the same whatever ``device``).
     """
     if not tau > 0:
         raise ValueError(f"tau must be positive (tau = 0 is the alpha = 0 re-weighting), got {tau!r}")
@@ -386,9 +405,10 @@ def run_experiment(world, n_natural: int = 600, n_trigger: int = 300, n_attr: in
     from .tinyvlm.world import encode_caption, make_split, sketch_tokens
     from .tinyvlm import hooks
 
+    dev = default_device() if device is None else torch.device(device)
     seed = world.seed
-    model = build_model(world.final_state, world.config)
-    base = build_model(world.base_state, world.config)
+    model = build_model(world.final_state, world.config).to(dev)
+    base = build_model(world.base_state, world.config).to(dev)
     L, H = model.n_layers, model.n_heads
     rng = np.random.default_rng([seed, 161])
     nat = make_split(n_natural, rng, "natural", occlusion=False)

@@ -204,3 +204,70 @@ def test_run_experiment_refuses_a_non_positive_tau():
     # tau = 0 would make AD-HH the alpha = 0 re-weighting (Fig. 6a), not an adaptive intervention
     with pytest.raises(ValueError, match="tau must be positive"):
         hh.run_experiment(None, tau=0.0)
+
+
+# -- issue 37: the models run on a device argument (the GPU when present) -----------------------------------
+def _same(a, b) -> bool:
+    """Exact equality of nested results (dicts, lists, tuples, arrays, tensors, numbers)."""
+    if isinstance(a, dict):
+        return isinstance(b, dict) and list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+    return a == b
+
+
+def test_an_explicit_cpu_device_gives_the_same_numbers():
+    """run_experiment captions, ablates, intervenes and tunes on ``device`` (default: the GPU when present); on
+    the CPU, passing device="cpu" explicitly changes nothing, bit for bit."""
+    import dataclasses
+
+    world = tv.trained_world(0)   # a shipped checkpoint: loaded, not trained
+    kw = dict(n_natural=4, n_trigger=6, n_attr=6, n_random=1, alphas=(1.0, 0.0), tfhh_steps=1, tfhh_batch=2,
+              n_tfhh=4, n_similarity=3)
+    a, b = hh.run_experiment(world, **kw), hh.run_experiment(world, device="cpu", **kw)
+    assert a.n_hal_tokens > 0 and a.n_real_tokens > 0
+    for f in dataclasses.fields(hh.Experiment):
+        assert _same(getattr(a, f.name), getattr(b, f.name)), f.name
+
+
+class _Reached(Exception):
+    """Raised by a hook once the language model has run: the pass got through on the model's device."""
+
+
+def _stop_after_lm(model):
+    def hook(module, args, kwargs, output):
+        raise _Reached(kwargs["inputs_embeds"].device)
+    return model.lm.register_forward_hook(hook, with_kwargs=True)
+
+
+def test_inputs_follow_the_model_to_its_device(data):
+    """On the meta device (which allocates nothing), a CPU input left behind makes the forward pass raise a
+    device mismatch: every function that receives a model must move its inputs to the model's device. A hook
+    stops each call once the language model has run there (a meta tensor cannot be read back as numbers)."""
+    split, caps, d = data
+    torch.manual_seed(1)
+    meta = tv.TinyVLM(tv.tiny_llama_config()).eval().requires_grad_(False).to("meta")
+    plain = tv.TinyVLM(tv.tiny_llama_config()).eval().requires_grad_(False).to("meta")
+    handle = _stop_after_lm(meta)
+    calls = {"token_probs": lambda: hh.token_probs(meta, d),
+             "ablation_effects": lambda: hh.ablation_effects(meta, d, [("head", 0, 1)]),
+             "attention_mass": lambda: hh.attention_mass(meta, d),
+             "caption_chair": lambda: hh.caption_chair(meta, split.images, split.truth),
+             # the base LM (second model) must read its sketches where it is, after the VLM ran on meta
+             "attention_similarity": lambda: hh.attention_similarity(
+                 plain, meta, d, torch.tensor([tv.sketch_tokens(s) for s in split.scenes])),
+             # the tuned copy (it carries the hook) trains where the model is
+             "targeted_finetune": lambda: hh.targeted_finetune(
+                 meta, [(1, 3)], split.images, [tv.encode_caption(s.objects) for s in split.scenes], steps=1,
+                 batch_size=4)}
+    try:
+        for name, call in calls.items():
+            with pytest.raises(_Reached) as hit:
+                call()
+            assert hit.value.args[0].type == "meta", name
+    finally:
+        handle.remove()

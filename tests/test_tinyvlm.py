@@ -220,6 +220,33 @@ def test_greedy_cache_matches_full_recompute_under_every_intervention(model, bat
     assert tv.greedy_captions(model, sketches=sk, use_cache=False) == tv.greedy_captions(model, sketches=sk)
 
 
+class _Reached(Exception):
+    """Raised by a hook once the language model has run: the pass got through on the model's device."""
+
+
+def test_greedy_captions_decode_where_the_model_is(batch):
+    """Issue 37: greedy_captions puts the patches or sketches and the prompt where the model is (a chapter moves
+    the model once, e.g. to the GPU). On the meta device (which allocates nothing) a CPU input left behind makes
+    the prompt pass raise a device mismatch; a hook stops decoding once the language model has run (a meta
+    tensor cannot be read back as tokens)."""
+    split = batch[0]
+    torch.manual_seed(0)
+    meta = tv.TinyVLM(tv.tiny_llama_config()).eval().to("meta")
+
+    def hook(module, args, kwargs, output):
+        raise _Reached(kwargs["inputs_embeds"].device, output.logits.device)
+
+    handle = meta.lm.register_forward_hook(hook, with_kwargs=True)
+    sk = np.array([tv.sketch_tokens(s) for s in split.scenes])
+    try:
+        for kw in (dict(images=split.images), dict(images=split.images, use_cache=False), dict(sketches=sk)):
+            with pytest.raises(_Reached) as hit:
+                tv.greedy_captions(meta, **kw)
+            assert [d.type for d in hit.value.args] == ["meta", "meta"], kw
+    finally:
+        handle.remove()
+
+
 def test_record_residual_lengths_and_cleanup(model, batch):
     _, ids, _, patches = batch
 

@@ -283,3 +283,76 @@ def test_targeted_removal_counts_the_hallucinations_it_introduces(monkeypatch):
     # before, car is in the image)
     assert out["n"] == 2 and out["removed"] == 0.5 and out["kept"] == 1.0
     assert out["introduced"] == 1.5 and out["net"] == -1.0
+
+
+# -- issue 37: the model runs on a device argument (the GPU when present) -----------------------------------
+def test_an_explicit_cpu_device_gives_the_same_numbers():
+    """run_experiment captions, reads the lens and edits on ``device`` (default: the GPU when present); on the
+    CPU, passing device="cpu" explicitly changes nothing, bit for bit."""
+    import dataclasses
+
+    world = tv.trained_world(0)   # a shipped checkpoint: loaded, not trained
+    kw = dict(n_cal=(10, 10), n_test=(15, 15), n_removal=6, alphas=(1.0, 2.0), image_layers=(-1, 1))
+    a, b = ve.run_experiment(world, **kw), ve.run_experiment(world, device="cpu", **kw)
+    assert len(a.hal) > 0 and len(a.removal) == 3 and len(a.reduction) == 6
+    for f in dataclasses.fields(ve.Experiment):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), f.name
+        else:
+            assert x == y, f.name
+
+
+def test_cached_experiment_keys_a_cpu_run_as_before(tmp_path, monkeypatch):
+    """On the CPU, ``device`` does not enter the cache key (device="cpu" finds the default run's entry); a
+    run on another device is cached under a key that names it, so it never serves a CPU run."""
+    import importlib
+
+    ex = importlib.import_module("companion_lib.vlm_editing.experiment")
+    monkeypatch.setenv("BOOK_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("BOOK_DEVICE", "cpu")
+    runs = []
+
+    def fake_run(world, device=None, **kwargs):
+        runs.append((world, str(device), kwargs))
+        return {"device": str(device), **kwargs}
+
+    monkeypatch.setattr(ex, "trained_world", lambda seed: f"world {seed}")
+    monkeypatch.setattr(ex, "run_experiment", fake_run)
+    assert ve.cached_experiment(3, n_removal=7) == {"device": "cpu", "n_removal": 7}
+    assert ve.cached_experiment(3, device="cpu", n_removal=7) == {"device": "cpu", "n_removal": 7}
+    assert runs == [("world 3", "cpu", {"n_removal": 7})]
+    assert ve.cached_experiment(3, device="meta", n_removal=7) == {"device": "meta", "n_removal": 7}
+    assert ve.cached_experiment(3, n_removal=7)["device"] == "cpu" and len(runs) == 2
+
+
+class _Reached(Exception):
+    """Raised by a hook once the language model has run: the pass got through on the model's device."""
+
+
+def test_inputs_follow_the_model_to_its_device(split):
+    """On the meta device (which allocates nothing), a CPU input left behind makes a forward pass raise a
+    device mismatch: the lens and the edit must build their inputs where the model is, and the hidden
+    states, lens probabilities and text embeddings stay there. Captioning is stopped by a hook once the
+    language model has run (a meta tensor cannot be read back as tokens)."""
+    torch.manual_seed(0)
+    meta = tv.TinyVLM(tv.tiny_llama_config()).eval().requires_grad_(False).to("meta")
+    H = ve.image_hidden_states(meta, split.images)
+    assert H.device.type == "meta" and H.shape == (meta.n_layers + 1, 5, 16, 64)
+    assert ve.lens_probs(meta, torch.zeros(5, 16, 64)).device.type == "meta"
+    assert ve.text_embedding(meta, "cup", 2).device.type == "meta"
+    with ve.project_away_edit(meta, [["cup"], [], ["dog", "fork"], ["car"], []], image_layer=1, text_layer=1):
+        assert ve.image_hidden_states(meta, split.images).device.type == "meta"
+
+    def hook(module, args, kwargs, output):
+        raise _Reached(kwargs["inputs_embeds"].device)
+
+    handle = meta.lm.register_forward_hook(hook, with_kwargs=True)
+    try:
+        for call in (lambda: ve.output_probability(meta, split.images),
+                     lambda: ve.remove_objects(meta, split.images, [["cup"]] * 5, image_layer=0)):
+            with pytest.raises(_Reached) as hit:
+                call()
+            assert hit.value.args[0].type == "meta"
+    finally:
+        handle.remove()

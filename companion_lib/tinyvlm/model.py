@@ -26,6 +26,7 @@ import torch
 from torch import nn
 from transformers import AttentionInterface, LlamaConfig, LlamaForCausalLM
 
+from ..common.device import module_device
 from .world import N_PATCHES, TOKEN_ID, VOCAB, decode_caption, patchify
 
 __all__ = [
@@ -189,10 +190,14 @@ def greedy_captions(model: TinyVLM, images=None, sketches=None, max_new_tokens: 
     residual edits of :mod:`~companion_lib.tinyvlm.hooks` see absolute positions either way, so every
     intervention applies exactly as without a cache (``use_cache=False`` re-runs the full sequence at
     each step; a test checks that both give the same captions).
+
+    Decoding runs where the model is (:func:`~companion_lib.common.module_device`: move the model once, e.g.
+    ``model.to(device())``, and the patches or sketches follow it); the captions are plain lists.
     """
     if (images is None) == (sketches is None):
         raise ValueError("pass exactly one of images or sketches")
     model.eval()
+    dev = module_device(model)
     if images is not None:
         source = as_patches(images)
     else:
@@ -200,13 +205,13 @@ def greedy_captions(model: TinyVLM, images=None, sketches=None, max_new_tokens: 
         if source.ndim != 2 or source.shape[1] != N_PATCHES:
             raise ValueError(f"sketches must have shape (n, {N_PATCHES}), got {tuple(source.shape)}")
     out = []
-    stop = torch.tensor(sorted({TOKEN_ID["."], TOKEN_ID["<eos>"]}))
+    stop = torch.tensor(sorted({TOKEN_ID["."], TOKEN_ID["<eos>"]}), device=dev)
     emb = model.lm.get_input_embeddings()
     for start in range(0, source.shape[0], batch_size):
-        src = source[start:start + batch_size]
+        src = source[start:start + batch_size].to(dev)
         kw = {"patches": src} if images is not None else {"sketch_ids": src}
-        ids = torch.full((src.shape[0], 1), TOKEN_ID["describe"], dtype=torch.long)
-        done = torch.zeros(src.shape[0], dtype=torch.bool)
+        ids = torch.full((src.shape[0], 1), TOKEN_ID["describe"], dtype=torch.long, device=dev)
+        done = torch.zeros(src.shape[0], dtype=torch.bool, device=dev)
         past = None
         for _ in range(max_new_tokens):
             if not use_cache:
@@ -223,5 +228,5 @@ def greedy_captions(model: TinyVLM, images=None, sketches=None, max_new_tokens: 
             done |= torch.isin(nxt, stop)
             if bool(done.all()):
                 break
-        out.extend(decode_caption(row[1:].tolist()) for row in ids)
+        out.extend(decode_caption(row[1:]) for row in ids.cpu().tolist())
     return out

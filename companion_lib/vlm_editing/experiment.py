@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 from ..common import disk_cache
+from ..common.device import device as default_device
 from ..common.validation import check_positive_int
 from ..tinyvlm import Split, World, build_model, chair, make_split, trained_world
 from .lens import (_captions_and_confidence, auroc, calibrate_threshold, detection_rates, internal_confidence,
@@ -57,21 +59,33 @@ def eval_split(seed: int, k: int, n_natural: int, n_trigger: int) -> Split:
     return Split(a.scenes + b.scenes, np.concatenate([a.images, b.images]))
 
 
-def cached_experiment(seed: int, **kwargs) -> Experiment:
+def cached_experiment(seed: int, device=None, **kwargs) -> Experiment:
     """:func:`run_experiment` on ``trained_world(seed)``, through the book's disk cache (namespace
-    ``vlm_editing``), so the chapter's pages share one run per seed."""
-    return disk_cache("vlm_editing").cache(_experiment)(int(seed), kwargs)
+    ``vlm_editing``), so the chapter's pages share one run per seed. ``device`` is :func:`run_experiment`'s;
+    a run on the CPU is cached under the same key whatever ``device`` says, a run elsewhere under a key that
+    names the device (its numbers differ from the CPU's in the last digits, so they never serve a run
+    that ``BOOK_DEVICE=cpu`` sends to the CPU)."""
+    dev = default_device() if device is None else torch.device(device)
+    key = dict(kwargs) if dev.type == "cpu" else {**kwargs, "device": str(dev)}
+    return disk_cache("vlm_editing").cache(_experiment)(int(seed), key)
 
 
 def _experiment(seed: int, kwargs: dict) -> Experiment:
-    return run_experiment(trained_world(seed), **kwargs)
+    kwargs = dict(kwargs)
+    return run_experiment(trained_world(seed), device=kwargs.pop("device", "cpu"), **kwargs)
 
 
 def run_experiment(world: World, n_cal: tuple = (300, 150), n_test: tuple = (600, 300), n_removal: int = 300,
-                   q: float = 0.02, alphas: tuple = (1.0, 1.5, 2.0), image_layers: tuple = (-1, 0, 1, 2, 3)) -> Experiment:
-    """Lens, detection, localisation, targeted removal and hallucination reduction on one world."""
+                   q: float = 0.02, alphas: tuple = (1.0, 1.5, 2.0), image_layers: tuple = (-1, 0, 1, 2, 3),
+                   device=None) -> Experiment:
+    """Lens, detection, localisation, targeted removal and hallucination reduction on one world.
+
+    ``device`` (default :func:`companion_lib.common.device`: the GPU when present, else the CPU) is where the
+    model captions, is read by the lens and is edited; the splits are drawn on the CPU as before, and every
+    result comes back to the CPU (on the CPU the numbers are the same whatever ``device``)."""
+    dev = default_device() if device is None else torch.device(device)
     seed = int(world.seed)
-    model = build_model(world.final_state, world.config)
+    model = build_model(world.final_state, world.config).to(dev)
     cal, test = eval_split(seed, 0, *n_cal), eval_split(seed, 2, *n_test)
     # = greedy_captions, lens_confidence, output_probability
     caps, conf, out_prob = _captions_and_confidence(model, test.images, output_probs=True)

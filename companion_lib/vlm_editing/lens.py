@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..common.device import module_device
 from ..common.validation import check_int
 from ..tinyvlm import IMAGE_SLICE, OBJECTS, TOKEN_ID, N_PATCHES, VOCAB, as_patches, greedy_captions, record_residual
 
@@ -41,10 +42,12 @@ def image_hidden_states(model, images) -> torch.Tensor:
     """Hidden states of the 16 image positions at every lens layer: ``(L + 1, n, 16, d)``.
 
     Image positions come before any caption word, so (causal attention) they do not depend on the
-    caption: one forward pass with the prompt ``describe`` suffices.
+    caption: one forward pass with the prompt ``describe`` suffices. It runs where the model is, and the
+    hidden states stay there (what :func:`lens_probs` reads).
     """
-    patches = as_patches(images)
-    ids = torch.full((patches.shape[0], 1), TOKEN_ID["describe"], dtype=torch.long)
+    dev = module_device(model)
+    patches = as_patches(images).to(dev)
+    ids = torch.full((patches.shape[0], 1), TOKEN_ID["describe"], dtype=torch.long, device=dev)
     with record_residual(model) as rec:
         model(ids, patches=patches)
     return torch.stack([h[:, IMAGE_SLICE] for h in rec])
@@ -52,7 +55,9 @@ def image_hidden_states(model, images) -> torch.Tensor:
 
 @torch.no_grad()
 def lens_probs(model, hidden: torch.Tensor, use_final_norm: bool = True) -> torch.Tensor:
-    """The logit lens: softmax over the vocabulary of ``W_U norm(h)`` for hidden states ``(..., d)``."""
+    """The logit lens: softmax over the vocabulary of ``W_U norm(h)`` for hidden states ``(..., d)``, computed
+    where the model is (``hidden`` is moved there, and so are the probabilities)."""
+    hidden = hidden.to(module_device(model))
     if use_final_norm:
         hidden = model.lm.model.norm(hidden)
     return torch.softmax(model.lm.lm_head(hidden), dim=-1)
@@ -61,14 +66,15 @@ def lens_probs(model, hidden: torch.Tensor, use_final_norm: bool = True) -> torc
 @torch.no_grad()
 def lens_confidence(model, images, use_final_norm: bool = True) -> np.ndarray:
     r"""Lens probabilities of the ten object words at every layer and image patch:
-    ``(n, L + 1, 16, 10)``, entry ``[i, l, m, k]`` = :math:`P_l(\text{OBJECTS}[k]\mid t_m)` for image ``i``."""
+    ``(n, L + 1, 16, 10)``, entry ``[i, l, m, k]`` = :math:`P_l(\text{OBJECTS}[k]\mid t_m)` for image ``i``
+    (computed where the model is; the array is on the CPU)."""
     return _confidence_of_hidden(model, image_hidden_states(model, images), use_final_norm)
 
 
 def _confidence_of_hidden(model, H: torch.Tensor, use_final_norm: bool) -> np.ndarray:
     """:func:`lens_confidence` from the hidden states ``H`` of :func:`image_hidden_states`."""
-    P = lens_probs(model, H, use_final_norm)[..., OBJECT_IDS]
-    return P.permute(1, 0, 2, 3).numpy()
+    P = lens_probs(model, H, use_final_norm)
+    return P[..., OBJECT_IDS.to(P.device)].permute(1, 0, 2, 3).cpu().numpy()
 
 
 _STOP = frozenset({TOKEN_ID["."], TOKEN_ID["<eos>"], TOKEN_ID["<pad>"]})   # where decode_caption stops
@@ -76,7 +82,8 @@ _STOP = frozenset({TOKEN_ID["."], TOKEN_ID["<eos>"], TOKEN_ID["<pad>"]})   # whe
 
 class _RecordDecoding:
     """Record every call of the language model during greedy captioning: the length of its input and its
-    last-position logits, so that the output probability of each generated token can be read back."""
+    last-position logits (copied to the CPU, where they are read back one by one), so that the output
+    probability of each generated token can be read back."""
 
     def __init__(self, model) -> None:
         self.lm, self.calls, self.handle = model.lm, [], None
@@ -84,7 +91,7 @@ class _RecordDecoding:
     def __enter__(self):
         def hook(module, args, kwargs, output):
             x = kwargs.get("inputs_embeds")
-            self.calls.append((int(x.shape[1]), output.logits[:, -1].detach().float()))
+            self.calls.append((int(x.shape[1]), output.logits[:, -1].detach().float().cpu()))
         self.handle = self.lm.register_forward_hook(hook, with_kwargs=True)
         return self
 
@@ -127,7 +134,8 @@ class _RecordDecoding:
 def output_probability(model, images) -> tuple[list, np.ndarray]:
     r"""The paper's competitor of the internal confidence: the model's own output probability of each object
     word it generates. Returns ``(captions, probs)`` with ``probs[i, k]`` the softmax probability of
-    ``OBJECTS[k]`` at the greedy step that first generated it in caption ``i`` (0 if not generated)."""
+    ``OBJECTS[k]`` at the greedy step that first generated it in caption ``i`` (0 if not generated). The
+    decoding runs where the model is; the array is on the CPU."""
     with _RecordDecoding(model) as rec:
         captions = greedy_captions(model, images)
     return captions, rec.object_probs(captions)

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
+from ..common.device import module_device
 from ..common.validation import check_int
 from ..tinyvlm import IMAGE_SLICE, OBJECTS, TOKEN_ID, chair, greedy_captions, record_residual, residual_edit
 from .lens import object_token
@@ -47,7 +48,7 @@ def _check_image_layer(model, image_layer) -> int:
 def text_embedding(model, word: str, text_layer: int = 0) -> torch.Tensor:
     r"""The object's text embedding :math:`\mathbf t`: the word's input embedding for ``text_layer=0``, else
     the residual stream after block ``text_layer - 1`` at the word's position when ``<bos> word`` is fed
-    alone (no image)."""
+    alone (no image). The vector is on the model's device."""
     tok = object_token(word)
     text_layer = check_int(text_layer, "text_layer")
     if not 0 <= text_layer <= model.n_layers:
@@ -55,7 +56,7 @@ def text_embedding(model, word: str, text_layer: int = 0) -> torch.Tensor:
     emb = model.lm.get_input_embeddings()
     if text_layer == 0:
         return emb.weight[tok].detach().clone()
-    ids = torch.tensor([[TOKEN_ID["<bos>"], tok]])
+    ids = torch.tensor([[TOKEN_ID["<bos>"], tok]], device=module_device(model))
     with record_residual(model) as rec:
         model.lm(input_ids=ids, use_cache=False)
     return rec[text_layer][0, -1].clone()
@@ -64,9 +65,9 @@ def text_embedding(model, word: str, text_layer: int = 0) -> torch.Tensor:
 def project_away(h: torch.Tensor, t: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
     r"""Remove ``alpha`` times the positive projection of each vector ``h[..., :]`` on ``t``.
 
-    ``t`` is ``(d,)`` (the same for every row) or broadcastable to ``h``."""
+    ``t`` is ``(d,)`` (the same for every row) or broadcastable to ``h``; it is moved to ``h``'s device."""
     alpha = _check_alpha(alpha)
-    t = torch.as_tensor(t, dtype=h.dtype)
+    t = torch.as_tensor(t, dtype=h.dtype, device=h.device)
     tt = (t * t).sum(-1, keepdim=True)
     if bool((tt <= 0).any()):
         raise ValueError("t must be non-zero")
@@ -78,9 +79,10 @@ def _embedding_table(model, objects_per_image, text_layer) -> tuple[torch.Tensor
     n = len(objects_per_image)
     K = max([len(o) for o in objects_per_image] + [1])
     d = model.lm.config.hidden_size
+    dev = module_device(model)
     cache = {}
-    T = torch.zeros(n, K, d)
-    mask = torch.zeros(n, K, dtype=torch.bool)
+    T = torch.zeros(n, K, d, device=dev)
+    mask = torch.zeros(n, K, dtype=torch.bool, device=dev)
     for i, objs in enumerate(objects_per_image):
         for j, w in enumerate(sorted(set(objs), key=OBJECTS.index)):
             if w not in cache:
@@ -94,6 +96,7 @@ def _embedding_table(model, objects_per_image, text_layer) -> tuple[torch.Tensor
 def project_away_edit(model, objects_per_image, image_layer: int = -1, alpha: float = 1.0, text_layer: int = 0):
     """A residual hook that applies ProjectAway to the image tokens of each image of a batch, removing the
     objects ``objects_per_image[i]`` (a list of words, possibly empty) from image ``i``, one after the other.
+    The edit's text embeddings are built where the model is.
 
     Every forward pass inside the context must carry exactly ``len(objects_per_image)`` images in order."""
     alpha = _check_alpha(alpha)
