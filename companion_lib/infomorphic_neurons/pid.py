@@ -111,6 +111,14 @@ def _support_groups(n_sources: int) -> tuple:
     return tuple(out)
 
 
+@lru_cache(maxsize=None)
+def _as_tensors(n_sources: int, dtype: torch.dtype, device: torch.device) -> tuple:
+    """:func:`_support_groups`' sign matrices (one per group) and :func:`mobius_matrix`, as tensors of
+    ``dtype`` on ``device``, built once rather than at every call."""
+    signs = tuple(torch.as_tensor(C, dtype=dtype, device=device) for *_, C in _support_groups(n_sources))
+    return signs, torch.as_tensor(mobius_matrix(n_sources), dtype=dtype, device=device)
+
+
 def isx_redundancies(P, n_sources: int = 3, validate: bool = True, source_grad: bool = True) -> torch.Tensor:
     r"""$I^{sx}_\cap(T:\alpha)$ for every lattice node $\alpha$ (last axis), in bits.
 
@@ -136,7 +144,8 @@ def isx_redundancies(P, n_sources: int = 3, validate: bool = True, source_grad: 
     p_t = P.sum(dim=src_axes)
     h_t = -(p_t * torch.log2(p_t.clamp_min(tiny))).sum(dim=-1)
     out = [None] * len(antichains(n))
-    for S, idx, subsets, C in _support_groups(n):
+    signs, _ = _as_tensors(n, P.dtype, P.device)
+    for (S, idx, subsets, C), Ct in zip(_support_groups(n), signs):
         # the joint of the support's sources and the target, P(S_S = s_S, T = t)
         drop = [lead + i for i in range(n) if i not in S]
         PS = P.sum(dim=drop) if drop else P
@@ -144,7 +153,6 @@ def isx_redundancies(P, n_sources: int = 3, validate: bool = True, source_grad: 
         # the marginal P(S_A = s_A, T = t) of every source set A within S, broadcast to the grid of S
         m_st = torch.stack([(PS.sum(dim=[lead + S.index(i) for i in S if i not in A], keepdim=True)
                              if len(A) < k else PS).expand_as(PS) for A in subsets])
-        Ct = torch.as_tensor(C, dtype=P.dtype, device=P.device)
         pu_t = (Ct @ m_st.reshape(len(subsets), -1)).reshape(len(C), *m_st.shape[1:])
         grid = list(range(lead + 1, lead + k + 2))
         term_st = (PS * torch.log2(pu_t.clamp_min(tiny))).sum(dim=grid)
@@ -175,7 +183,7 @@ def pid_from_joint(P, n_sources: int | None = None, validate: bool = True,
         n_sources = P_t.ndim - 1
     n = _check_n(n_sources)
     red = isx_redundancies(P_t, n, validate=validate, source_grad=source_grad)
-    M = torch.as_tensor(mobius_matrix(n), dtype=red.dtype, device=red.device)
+    _, M = _as_tensors(n, red.dtype, red.device)
     atoms = red @ M.T
     lead = P_t.ndim - n - 1
     p_t = P_t.sum(dim=tuple(range(lead, lead + n)))
