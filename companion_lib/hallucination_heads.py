@@ -36,7 +36,7 @@ from torch import nn
 
 from .common.device import device as default_device
 from .common.device import module_device
-from .tinyvlm.hooks import check_heads, head_mask, module_ablation, record_attention
+from .tinyvlm.hooks import check_heads, head_mask, module_ablation, record_attention, record_residual
 from .tinyvlm.model import IMAGE_SLICE, TEXT_START, TinyVLM, as_patches, caption_batch, greedy_captions
 from .tinyvlm.train import js_divergence, js_drift  # Fig. 5's drift is recorded while the world trains
 from .tinyvlm.world import OBJECTS, TOKEN_ID, VOCAB, chair, object_id
@@ -116,10 +116,31 @@ def token_probs(model: TinyVLM, data: ObjectTokens, context=None) -> np.ndarray:
     dev = module_device(model)
     ids, patches = data.ids.to(dev), data.patches.to(dev)
     with (context if context is not None else nullcontext()):
-        logits = model(ids, patches=patches).logits[:, TEXT_START:TEXT_START + ids.shape[1]]
+        logits = model(ids, patches=patches).logits
+    return _label_probs(logits, data)
+
+
+def _label_probs(logits: torch.Tensor, data: ObjectTokens) -> np.ndarray:
+    """The probability of each label token from the logits ``(n, S, vocab)`` of the whole sequence."""
+    logits = logits[:, TEXT_START:TEXT_START + data.ids.shape[1]]
     probs = torch.softmax(logits.float(), -1)
-    target = data.labels.to(dev).clamp(min=0)
+    target = data.labels.to(logits.device).clamp(min=0)
     return probs.gather(-1, target[..., None])[..., 0].cpu().numpy()
+
+
+def _logits_from_block(model: TinyVLM, resid: list, layer: int) -> torch.Tensor:
+    """The logits of a forward pass resumed at block ``layer`` from the recorded residual stream ``resid``
+    (:func:`~companion_lib.tinyvlm.record_residual` of a pass over the same inputs: ``resid[layer]`` is the
+    input of block ``layer``). The blocks run as in the decoder's own forward pass (same positions, same
+    rotary embeddings, final norm and head), so the numbers are those of a full pass whose first ``layer``
+    blocks gave ``resid[layer]``."""
+    lm = model.lm.model
+    h = resid[layer]
+    pos = torch.arange(h.shape[1], device=h.device)[None]
+    rope = lm.rotary_emb(h, position_ids=pos)
+    for block in lm.layers[layer:]:
+        h = block(h, position_embeddings=rope, position_ids=pos)
+    return model.lm.lm_head(lm.norm(h))
 
 
 def head_components(model) -> list:
@@ -141,13 +162,24 @@ def _context(model, component):
     raise ValueError(f"unknown component {component!r}")
 
 
+@torch.no_grad()
 def ablation_effects(model: TinyVLM, data: ObjectTokens, components: list) -> np.ndarray:
     r"""Indirect effects :math:`\Delta_m(t)=p_t-p_t^{\setminus m}` of zero-ablating each component, at
-    every object token: an array ``(len(components), n_object_tokens)`` in the order of ``data.mask``."""
-    base = token_probs(model, data)[data.mask]
+    every object token: an array ``(len(components), n_object_tokens)`` in the order of ``data.mask``.
+
+    Zeroing a component of layer :math:`l` leaves the blocks below :math:`l` as they are, so each ablated
+    pass resumes at block :math:`l` from the clean pass's residual stream (:func:`_logits_from_block`): the
+    same numbers as a full ablated pass (a test checks it), for the cost of the blocks from :math:`l` up."""
+    model.eval()
+    dev = module_device(model)
+    with record_residual(model) as resid:
+        clean = model(data.ids.to(dev), patches=data.patches.to(dev)).logits
+    base = _label_probs(clean, data)[data.mask]
     out = np.empty((len(components), base.size))
     for i, comp in enumerate(components):
-        out[i] = base - token_probs(model, data, _context(model, comp))[data.mask]
+        with _context(model, comp):  # entering it checks the layer index
+            logits = _logits_from_block(model, resid, int(comp[1]))
+        out[i] = base - _label_probs(logits, data)[data.mask]
     return out
 
 

@@ -63,6 +63,22 @@ def test_token_probs_and_effects(model, data):
         hh.ablation_effects(model, d, [("ffn", 0)])
 
 
+def test_ablation_effects_resume_exactly_as_full_ablated_passes(model, data):
+    """Each ablated pass resumes at the component's layer from the clean residual stream; the numbers are
+    those of a full forward pass under the same ablation, bit for bit, at every layer and kind."""
+    _, _, d = data
+    comps = [("head", 0, 3), ("head", 1, 0), ("head", 3, 7), ("mha", 0), ("mlp", 2), ("mha", 3), ("mlp", 3)]
+    eff = hh.ablation_effects(model, d, comps)
+    base = hh.token_probs(model, d)[d.mask]
+    for row, comp in zip(eff, comps):
+        ctx = tv.head_mask(model, [comp[1:]]) if comp[0] == "head" else tv.module_ablation(model, comp[1], comp[0])
+        assert np.array_equal(row, base - hh.token_probs(model, d, ctx)[d.mask]), comp
+    with pytest.raises(ValueError, match="out of range"):
+        hh.ablation_effects(model, d, [("head", -1, 0)])
+    with pytest.raises(ValueError, match="out of range"):
+        hh.ablation_effects(model, d, [("mlp", 4)])
+
+
 def test_head_scores_are_contrastive(model, data):
     _, _, d = data
     S = hh.head_scores(model, d)

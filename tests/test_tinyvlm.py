@@ -220,6 +220,27 @@ def test_greedy_cache_matches_full_recompute_under_every_intervention(model, bat
     assert tv.greedy_captions(model, sketches=sk, use_cache=False) == tv.greedy_captions(model, sketches=sk)
 
 
+def test_row_wise_edits_see_only_the_new_rows_with_the_same_weights(model, batch):
+    """With a key-value cache the book's head edits get the new rows alone (they are marked ``rows``); the
+    attention weights are exactly those of the same edit applied to the rows placed in a full map."""
+    split = batch[0]
+    edits = [lambda: tv.reweight_text(model, [(0, 1), (2, 3)], 0.3), lambda: tv.reweight_image(model, [(1, 0)], 3.0),
+             lambda: tv.adaptive_deactivation(model, [(0, 1), (3, 2), (3, 5)], 0.2)]
+    for make in edits:
+        weights = []
+        for rows in (True, False):
+            with make():
+                if not rows:  # the same edit without the mark: the attention function builds the full map
+                    for edit in model.layers[0].self_attn._tinyvlm_edits:
+                        edit.rows = False
+                with tv.record_attention(model) as rec:
+                    caps = tv.greedy_captions(model, split.images)
+            weights.append((caps, [a for layer in rec for a in layer]))
+        (caps_rows, w_rows), (caps_full, w_full) = weights
+        assert caps_rows == caps_full and len(w_rows) == len(w_full) > model.n_layers
+        assert all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(w_rows, w_full))
+
+
 class _Reached(Exception):
     """Raised by a hook once the language model has run: the pass got through on the model's device."""
 

@@ -124,7 +124,11 @@ def module_ablation(model, layer: int, kind: str):
 
 @contextmanager
 def attention_edit(model, edit: Callable):
-    """Apply ``edit(A, layer_idx) -> A`` to the post-softmax attention weights of every layer."""
+    """Apply ``edit(A, layer_idx) -> A`` to the post-softmax attention weights of every layer.
+
+    Rows of ``A`` are absolute query positions; while decoding with a key-value cache the attention function
+    places the new rows in a full map for the edit, unless the edit has a true attribute ``rows``: then it is
+    called as ``edit(A_rows, layer_idx, row0)`` on the new rows alone, ``row0`` the position of the first."""
     if not callable(edit):
         raise TypeError("edit must be callable")
     mods = [layer.self_attn for layer in _layers(model)]
@@ -150,18 +154,23 @@ def _head_index(heads: list) -> dict:
 
 def _head_attention_edit(model, heads: Iterable, fn: Callable):
     """The shared prologue of the head-level attention edits: validate ``heads``, group them by layer,
-    and return an :func:`attention_edit` context that applies ``fn(A_sub) -> A_sub`` to the attention
-    weights ``A[:, heads_of_layer]`` of the chosen heads only (a copy of ``A``; other heads untouched)."""
+    and return an :func:`attention_edit` context that applies ``fn(A_sub, row0) -> A_sub`` to the attention
+    weights ``A[:, heads_of_layer]`` of the chosen heads only (a copy of ``A``; other heads untouched).
+
+    ``fn`` edits each query row on its own, by its absolute position: row ``i`` of ``A_sub`` is query position
+    ``row0 + i``. The edit is marked ``rows``, so with a key-value cache the attention function hands it the
+    new rows alone (``row0`` > 0) instead of a full map (:func:`~companion_lib.tinyvlm.model._tinyvlm_attention`)."""
     by_layer = _head_index(check_heads(model, heads))
 
-    def edit(A, layer_idx):
+    def edit(A, layer_idx, row0=0):
         hs = by_layer.get(layer_idx)
         if not hs:
             return A
         A = A.clone()
-        A[:, hs] = fn(A[:, hs])
+        A[:, hs] = fn(A[:, hs], row0)
         return A
 
+    edit.rows = True
     return attention_edit(model, edit)
 
 
@@ -171,8 +180,8 @@ def reweight_text(model, heads: Iterable, alpha: float, text_start: int = TEXT_S
     chosen heads, for every query row from ``text_start`` on; no renormalisation. ``alpha`` in [0, 1]."""
     alpha = _check_alpha(alpha)
 
-    def fn(A):
-        A[:, :, text_start:, text_start:] *= alpha
+    def fn(A, row0):
+        A[:, :, max(text_start - row0, 0):, text_start:] *= alpha
         return A
 
     with _head_attention_edit(model, heads, fn):
@@ -187,8 +196,8 @@ def reweight_image(model, heads: Iterable, alpha: float, image_slice: slice = IM
     if alpha < 1.0:
         raise ValueError(f"alpha must be >= 1 for image up-scaling, got {alpha}")
 
-    def fn(A):
-        A[:, :, text_start:, image_slice] *= alpha
+    def fn(A, row0):
+        A[:, :, max(text_start - row0, 0):, image_slice] *= alpha
         return A
 
     with _head_attention_edit(model, heads, fn):
@@ -204,10 +213,11 @@ def adaptive_deactivation(model, heads: Iterable, tau: float, text_start: int = 
     if not 0.0 <= tau <= 1.0:
         raise ValueError(f"tau must lie in [0, 1], got {tau}")
 
-    def fn(A):
-        block = A[:, :, text_start:, text_start:]
+    def fn(A, row0):
+        rows = slice(max(text_start - row0, 0), None)
+        block = A[:, :, rows, text_start:]
         mass = block.sum(-1, keepdim=True)
-        A[:, :, text_start:, text_start:] = block * (mass < tau).to(A.dtype)
+        A[:, :, rows, text_start:] = block * (mass < tau).to(A.dtype)
         return A
 
     with _head_attention_edit(model, heads, fn):

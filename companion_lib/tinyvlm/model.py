@@ -39,6 +39,19 @@ IMAGE_SLICE = slice(1, 1 + N_PATCHES)
 TEXT_START = 1 + N_PATCHES
 
 
+_FUTURE: dict = {}
+
+
+def _future_mask(q_len: int, k_len: int, device) -> torch.Tensor:
+    """The keys each query must not see, ``(q_len, k_len)`` (True above the causal diagonal, which sits at
+    ``k_len - q_len`` with a key-value cache); built once per shape and device."""
+    key = (q_len, k_len, str(device))
+    mask = _FUTURE.get(key)
+    if mask is None:
+        mask = _FUTURE[key] = ~torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(k_len - q_len)
+    return mask
+
+
 def _tinyvlm_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
     """Eager causal attention whose post-softmax weights pass through the module's edits.
 
@@ -46,15 +59,19 @@ def _tinyvlm_attention(module, query, key, value, attention_mask, scaling, dropo
     ``A`` of shape ``(batch, heads, queries, keys)``, whose rows are absolute query positions (with a
     key-value cache the new rows are placed in a full ``keys x keys`` map for the edits, so an edit never
     needs to know whether a cache is used); ``module._tinyvlm_record`` a list that receives ``A``.
+    An edit with a true ``rows`` attribute (the row-wise edits of :mod:`~companion_lib.tinyvlm.hooks`) is
+    called as ``edit(A, layer_idx, row0)`` on the new rows alone, ``row0`` the absolute position of the
+    first, which spares building the full map at every decoding step and gives the same weights.
     The mask is rebuilt as a plain causal mask (this model never pads on the left).
     """
-    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    # the arithmetic of scores * scaling, masked_fill and softmax, done in place on the fresh scores
+    scores = torch.matmul(query, key.transpose(2, 3)).mul_(scaling)
     q_len, k_len = scores.shape[-2], scores.shape[-1]
-    causal = torch.ones(q_len, k_len, dtype=torch.bool, device=scores.device).tril(k_len - q_len)
-    scores = scores.masked_fill(~causal, float("-inf"))
+    if q_len > 1:  # a single (newest) query row sees every key
+        scores.masked_fill_(_future_mask(q_len, k_len, scores.device), float("-inf"))
     weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     edits = getattr(module, "_tinyvlm_edits", ())
-    if edits and k_len > q_len:
+    if edits and k_len > q_len and not all(getattr(edit, "rows", False) for edit in edits):
         # decoding with a key-value cache: the rows are the last q_len query positions; the edits index
         # absolute positions, so they see the rows in place in a full (keys x keys) map
         full = weights.new_zeros(weights.shape[:2] + (k_len, k_len))
@@ -62,9 +79,10 @@ def _tinyvlm_attention(module, query, key, value, attention_mask, scaling, dropo
         for edit in edits:
             full = edit(full, module.layer_idx)
         weights = full[:, :, k_len - q_len:]
-    else:
+    elif edits:
         for edit in edits:
-            weights = edit(weights, module.layer_idx)
+            weights = edit(weights, module.layer_idx, k_len - q_len) if getattr(edit, "rows", False) \
+                else edit(weights, module.layer_idx)
     record = getattr(module, "_tinyvlm_record", None)
     if record is not None:
         record.append(weights)
