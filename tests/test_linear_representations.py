@@ -272,6 +272,35 @@ def test_precomputed_states_give_the_same_measures(world, model):
         lr.faithfulness(model, lre, prompts[:3], states=states)
 
 
+def test_rank_sweep_in_one_batch_equals_one_call_per_rank(world, model):
+    """select_rank sends every rank's edits through the model in one batch, and an LRE decomposes its W once:
+    the same outcomes as one causality call, and the same pseudo-inverse as one SVD, per rank."""
+    from companion_lib.linear_representations.lre import _causality_at_ranks
+    prompts = lr.fact_prompts(world, 3)
+    lre = lr.fit_lre(model, prompts[:4], 1)
+    answers = torch.as_tensor(world.answer_tokens[3])
+    src, tgt = lr.edit_pairs(world.answer_index)
+    args = (model, lre, prompts, src, tgt, answers[src], answers[tgt])
+    ranks = [1, 2, 4, 8, 16]
+    hard, soft = _causality_at_ranks(*args, ranks, -1, None)
+    assert hard.shape == soft.shape == (len(ranks), len(src))
+    for k, rank in enumerate(ranks):
+        fresh = lr.LRE(lre.weight, lre.bias, lre.layer)                 # no cached SVD
+        h, s = lr.causality(model, fresh, *args[2:], rank=rank)
+        assert torch.equal(hard[k], h) and torch.equal(soft[k], s)
+        assert torch.equal(lre.pinv(rank), lr.low_rank_pinv(lre.weight, rank))
+    scores = [float(h.float().mean()) for h in hard]
+    best = ranks[max(range(len(ranks)), key=lambda i: (scores[i], -ranks[i]))]
+    assert lr.select_rank(*args, ranks) == best
+    assert lre.with_beta(2.0)._svd_cache is lre._svd_cache             # the same W, the same SVD
+    weight = lre.weight.clone()
+    lre.weight.mul_(2.0)                                               # a changed W is decomposed again
+    assert torch.equal(lre.pinv(4), lr.low_rank_pinv(lre.weight, 4))
+    assert not torch.equal(lre.pinv(4), lr.low_rank_pinv(weight, 4))
+    with pytest.raises(ValueError, match="rank"):
+        lre.pinv(17)
+
+
 def test_regression_beats_mean_baseline_on_learnable_data():
     rng = np.random.default_rng(0)
     x = rng.uniform(0, 5, (60, 2))

@@ -22,7 +22,7 @@ prompts and indices may come from the CPU, they are moved there, and the results
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -72,6 +72,7 @@ class LRE:
     bias: torch.Tensor     # b, (d,)
     layer: int             # the layer of s
     beta: float = 1.0
+    _svd_cache: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _check_beta(self.beta)
@@ -83,7 +84,20 @@ class LRE:
         return self.beta * s @ self.weight.T + self.bias
 
     def with_beta(self, beta: float) -> "LRE":
-        return LRE(self.weight, self.bias, self.layer, _check_beta(beta))
+        out = LRE(self.weight, self.bias, self.layer, _check_beta(beta))
+        out._svd_cache = self._svd_cache   # the same W: its SVD carries over
+        return out
+
+    def pinv(self, rank: int) -> torch.Tensor:
+        r""":func:`low_rank_pinv` of ``weight``; the SVD is computed once per LRE and reused for every rank.
+
+        A rank sweep (:func:`select_rank`) and the test edits then share one decomposition; the numbers are
+        those of :func:`low_rank_pinv` (the same decomposition, sliced the same way).
+        """
+        cache = self._svd_cache
+        if cache is None or cache[0] is not self.weight or cache[1] != self.weight._version:
+            cache = self._svd_cache = (self.weight, self.weight._version, _svd(self.weight))
+        return _pinv_from_svd(cache[2], rank).to(self.weight.dtype)
 
 
 def fit_lre(model: nn.Module, prompts: torch.Tensor, layer: int, subject_position: int = -1,
@@ -132,18 +146,28 @@ def lre_logits(model: nn.Module, lre: LRE, s: torch.Tensor) -> torch.Tensor:
 
 def low_rank_pinv(weight: torch.Tensor, rank: int) -> torch.Tensor:
     r""":math:`W^+_\rho = V_\rho \Sigma_\rho^{-1} U_\rho^\top` from the top-``rank`` singular triplets of ``weight``."""
+    return _pinv_from_svd(_svd(weight), rank).to(weight.dtype)
+
+
+def _svd(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The thin SVD of a matrix, in float64."""
     if weight.ndim != 2:
         raise ValueError(f"weight must be a matrix, got shape {tuple(weight.shape)}")
-    width = min(weight.shape)
+    return torch.linalg.svd(weight.double(), full_matrices=False)
+
+
+def _pinv_from_svd(svd: tuple[torch.Tensor, torch.Tensor, torch.Tensor], rank: int) -> torch.Tensor:
+    r""":math:`V_\rho \Sigma_\rho^{-1} U_\rho^\top` from a thin SVD ``(U, S, Vh)`` (float64)."""
+    u, sv, vh = svd
+    width = sv.shape[0]
     if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= width:
         raise ValueError(f"rank must be an int in [1, {width}] (the width), got {rank!r}")
-    u, sv, vh = torch.linalg.svd(weight.double(), full_matrices=False)
-    return (vh[:rank].T @ torch.diag(1.0 / sv[:rank]) @ u[:, :rank].T).to(weight.dtype)
+    return vh[:rank].T @ torch.diag(1.0 / sv[:rank]) @ u[:, :rank].T
 
 
 def edit_delta(lre: LRE, o_source: torch.Tensor, o_target: torch.Tensor, rank: int) -> torch.Tensor:
     r"""The causality edit :math:`\Delta\mathbf s=W^+_\rho(\mathbf o'-\mathbf o)` (rows: one edit each)."""
-    return (o_target - o_source) @ low_rank_pinv(lre.weight, rank).T
+    return (o_target - o_source) @ lre.pinv(rank).T
 
 
 def edited_logits(model: nn.Module, prompts: torch.Tensor, layer: int, s_new: torch.Tensor,
@@ -176,18 +200,32 @@ def causality(model: nn.Module, lre: LRE, prompts: torch.Tensor, source: torch.T
     (hard); the edited LM gives the target's object more probability than the source's (soft).
     ``states``: the :func:`lm_states` of ``prompts`` at ``lre.layer``, when the caller has them already.
     """
+    hard, soft = _causality_at_ranks(model, lre, prompts, source, target, source_objects, target_objects,
+                                     [rank], subject_position, states)
+    return hard[0], soft[0]
+
+
+def _causality_at_ranks(model, lre, prompts, source, target, source_objects, target_objects, ranks,
+                        subject_position, states) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`causality` at every rank of ``ranks``: (len(ranks), n_edits) bool tensors, one forward pass.
+
+    The edited prompts of all ranks are stacked into one batch (rows of a batch do not interact, so each
+    rank's rows are those of its own pass; a rank sweep costs one model call instead of one per rank).
+    """
     source, target = torch.as_tensor(source), torch.as_tensor(target)
     if source.shape != target.shape or source.ndim != 1 or source.numel() == 0:
         raise ValueError("source and target must be equal-length, non-empty 1-d index tensors")
     s, o, _ = _states(model, prompts, lre.layer, subject_position, states)
     src, tgt = source.to(s.device), target.to(s.device)
-    s_new = s[src] + edit_delta(lre, o[src], o[tgt], rank)
-    logits = edited_logits(model, prompts[source.to(prompts.device)], lre.layer, s_new, subject_position)
+    s_new = torch.cat([s[src] + edit_delta(lre, o[src], o[tgt], rank) for rank in ranks])
+    edited = prompts[source.to(prompts.device)]
+    logits = edited_logits(model, edited.repeat(len(ranks), 1), lre.layer, s_new, subject_position)
+    logits = logits.view(len(ranks), source.numel(), -1)
     rows = torch.arange(source.numel(), device=logits.device)
     source_objects = torch.as_tensor(source_objects, device=logits.device)
     target_objects = torch.as_tensor(target_objects, device=logits.device)
     hard = logits.argmax(-1) == target_objects
-    soft = logits[rows, target_objects] > logits[rows, source_objects]
+    soft = logits[:, rows, target_objects] > logits[:, rows, source_objects]
     return hard, soft
 
 
@@ -208,12 +246,13 @@ def select_rank(model: nn.Module, lre: LRE, prompts: torch.Tensor, source, targe
                 states: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None) -> int:
     """The rank of the grid with the highest hard causality on the given edits (ties: the smallest rank).
 
-    The LM's states of ``prompts`` do not depend on the rank: they are computed once for the whole grid.
+    The LM's states of ``prompts`` do not depend on the rank: they are computed once for the whole grid, and
+    the edited prompts of every rank go through the model in one batch.
     """
     ranks = list(ranks)
     if not ranks:
         raise ValueError("ranks must not be empty")
-    states = _states(model, prompts, lre.layer, subject_position, states)
-    scores = [float(causality(model, lre, prompts, source, target, source_objects, target_objects, r,
-                              subject_position, states=states)[0].float().mean()) for r in ranks]
+    hard, _ = _causality_at_ranks(model, lre, prompts, source, target, source_objects, target_objects, ranks,
+                                  subject_position, states)
+    scores = [float(h.float().mean()) for h in hard]
     return ranks[max(range(len(ranks)), key=lambda i: (scores[i], -ranks[i]))]
