@@ -420,36 +420,17 @@ def _per_parameter_train(model, batches, lr=3e-3, weight_decay=0.01, grad_clip=1
     return losses
 
 
-@pytest.mark.parametrize("n_embd, unused_after", [(64, None), (64, 0), (64, 3), (16, None)])
-def test_train_lm_equals_a_per_parameter_adamw_exactly(n_embd, unused_after):
-    """train_lm's flat AdamW step (CPU, block-sized parameters: width 64) gives the per-parameter loop's
-    numbers bit for bit; so does its fallback when a parameter gets no gradient (from the first step or
-    later), and the plain path for other sizes (width 16)."""
+def test_train_lm_equals_a_plain_adamw_loop_exactly():
+    """train_lm is the textbook loop (AdamW, one state per parameter, gradient clipping, batches moved to the
+    model's device): its losses and weights equal those of the plain loop above, bit for bit."""
     batches = torch.randint(0, 16, (6, 4, 8), generator=torch.Generator().manual_seed(1))
-
-    def build():
-        model = tiny_causal_lm(gpt2_config(16, n_positions=8, n_embd=n_embd), seed=0)
-        if unused_after is not None:   # a parameter that gets a gradient only in the first steps
-            model.extra = torch.nn.Parameter(torch.ones(64))
-            calls = []
-
-            def hook(module, args, out):
-                calls.append(1)
-                if len(calls) <= unused_after:
-                    out.logits = out.logits + 0.1 * model.extra.sum()
-                return out
-            model.register_forward_hook(hook)
-        return model
-
-    from companion_lib.tinylm.training import _flatten
-    assert (_flatten([p for p in build().parameters()]) is None) == (n_embd == 16)   # which path is tested
-    reference, trained = build(), build()
+    reference = tiny_causal_lm(gpt2_config(16, n_positions=8, n_embd=16), seed=0)
+    trained = tiny_causal_lm(gpt2_config(16, n_positions=8, n_embd=16), seed=0)
     losses = _per_parameter_train(reference, batches)
     result = train_lm(trained, lambda step, g: batches[step], steps=len(batches))
     assert result.losses == losses
     for (name, p), q in zip(trained.named_parameters(), reference.parameters()):
         assert torch.equal(p, q), name
-        assert p.untyped_storage().nbytes() == p.numel() * p.element_size(), name   # its own storage again
 
 
 def test_activation_store_and_splice(lm12):

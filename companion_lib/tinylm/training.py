@@ -100,51 +100,6 @@ def _progress_default() -> bool:
     return sys.stderr.isatty()
 
 
-#: Parameters whose sizes are all multiples of this many elements can share one flat buffer (see
-#: :func:`_flatten`): every parameter then starts and ends on a boundary of the CPU kernels' vector blocks
-_FLAT_BLOCK = 64
-
-
-def _flatten(params: list[torch.Tensor]) -> torch.Tensor | None:
-    """One leaf tensor holding every parameter of ``params`` back to back, each parameter's data re-pointed at
-    its slice; None (nothing changed) where the parameters are not all contiguous CPU tensors of one dtype with
-    sizes that are multiples of :data:`_FLAT_BLOCK`.
-
-    AdamW's update is elementwise, so one step on the flat tensor computes, element for element, what the
-    per-parameter step computes, with two calls per operation instead of one per parameter (the block sizes make
-    each element take the same vectorised code path in both). :func:`_unflatten` undoes it.
-    """
-    if not params or any(p.device.type != "cpu" or p.dtype != params[0].dtype or not p.is_contiguous()
-                         or p.numel() % _FLAT_BLOCK for p in params):
-        return None
-    if len({p.data_ptr() for p in params}) != len(params):
-        return None
-    flat = torch.cat([p.detach().reshape(-1) for p in params]).requires_grad_()
-    for p, view in zip(params, flat.detach().split([p.numel() for p in params])):
-        p.data = view.view_as(p)
-    return flat
-
-
-def _unflatten(params: list[torch.Tensor], flat: torch.Tensor, opt: torch.optim.Optimizer | None = None,
-               **adamw) -> torch.optim.Optimizer | None:
-    """Give every parameter its own storage again; with ``opt`` (the flat AdamW), return a per-parameter AdamW
-    (keyword arguments ``adamw``) that carries on from the flat one's state."""
-    flat_state = opt.state.get(flat, {}) if opt is not None else {}
-    state, offset = {}, 0
-    for p in params:
-        part = slice(offset, offset + p.numel())
-        p.data = p.data.clone()
-        if flat_state:
-            state[p] = {"step": flat_state["step"].clone(), "exp_avg": flat_state["exp_avg"][part].view_as(p).clone(),
-                        "exp_avg_sq": flat_state["exp_avg_sq"][part].view_as(p).clone()}
-        offset += p.numel()
-    if opt is None:
-        return None
-    new = torch.optim.AdamW(params, **adamw)
-    new.state.update(state)
-    return new
-
-
 def train_lm(model: nn.Module, data: torch.Tensor | Callable[[int, torch.Generator], torch.Tensor],
              steps: int, batch_size: int = 32, lr: float = 3e-3, weight_decay: float = 0.01,
              generator: torch.Generator | None = None, checkpoint_steps: Iterable[int] = (),
@@ -167,9 +122,6 @@ def train_lm(model: nn.Module, data: torch.Tensor | Callable[[int, torch.Generat
         a model moved to a GPU trains on the same batches as on the CPU.
     progress:
         Show a tqdm bar (None: only when stderr is a terminal, so notebooks and tests print nothing).
-
-    On the CPU, when every parameter's size is a multiple of 64 elements, AdamW steps one flat tensor that holds
-    all the parameters (:func:`_flatten`): the same numbers as one state per parameter, fewer calls per step.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -195,8 +147,7 @@ def train_lm(model: nn.Module, data: torch.Tensor | Callable[[int, torch.Generat
     g = generator if generator is not None else torch.Generator().manual_seed(0)
     dev = module_device(model)
     params = [p for p in model.parameters() if p.requires_grad]
-    flat = _flatten(params)   # on the CPU: one flat AdamW step, the same numbers as one per parameter
-    opt = torch.optim.AdamW(params if flat is None else [flat], lr=lr, weight_decay=weight_decay, foreach=True)
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, foreach=True)
     result = TrainResult(losses=[])
 
     def keep(step):
@@ -207,24 +158,14 @@ def train_lm(model: nn.Module, data: torch.Tensor | Callable[[int, torch.Generat
     show = _progress_default() if progress is None else bool(progress)
     was_training = model.training
     model.train()
-    try:
-        for step in tqdm(range(1, steps + 1), disable=not show, desc="train", leave=False):
-            loss = lm_loss(model, draw(step - 1, g).to(dev))
-            for p in params:
-                p.grad = None
-            loss.backward()
-            if grad_clip is not None:
-                torch.nn.utils.clip_grad_norm_(params, grad_clip)
-            if flat is not None and any(p.grad is None for p in params):
-                # AdamW skips a parameter without a gradient: back to one state per parameter from here on
-                opt, flat = _unflatten(params, flat, opt, lr=lr, weight_decay=weight_decay, foreach=True), None
-            if flat is not None:
-                flat.grad = torch.cat([p.grad.reshape(-1) for p in params])
-            opt.step()
-            result.losses.append(float(loss.detach()))
-            keep(step)
-    finally:
-        if flat is not None:   # the parameters get their own storage back
-            _unflatten(params, flat)
+    for step in tqdm(range(1, steps + 1), disable=not show, desc="train", leave=False):
+        loss = lm_loss(model, draw(step - 1, g).to(dev))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(params, grad_clip)
+        opt.step()
+        result.losses.append(float(loss.detach()))
+        keep(step)
     model.train(was_training)
     return result
