@@ -129,32 +129,6 @@ def train_saes(Xs, width: int, k: int, kind: str = "batchtopk", steps: int = 300
     return saes, histories
 
 
-def _top_by_threshold(zr: torch.Tensor, K: int, hint: torch.Tensor):
-    r"""The ``K`` largest entries of each row of the non-negative ``zr`` (R x N) as ``(values, indices)``
-    in no particular order, found among the entries at or above a per-row ``hint`` (a guess of the
-    $K$-th largest value, e.g. the previous step's): a top-k of a few candidates instead of all $N$.
-    Returns ``None`` (the caller then uses ``torch.topk``) unless the kept set is unambiguous and the
-    same as ``torch.topk``'s in every row: at least ``K`` candidates, and exactly ``K`` entries at or
-    above the smallest kept value, which is positive (no tie across the boundary)."""
-    R, N = zr.shape
-    mask = zr >= hint[:, None]
-    counts = mask.sum(1)
-    if bool((counts < K).any()) or int(counts.max()) * 2 > N:
-        return None
-    flat = torch.nonzero(mask.reshape(-1)).squeeze(1)             # row-major: row by row, ascending
-    rows = torch.div(flat, N, rounding_mode="floor")
-    pos = torch.arange(flat.numel(), device=zr.device) - (torch.cumsum(counts, 0) - counts)[rows]
-    vals = torch.full((R, int(counts.max())), -1.0, device=zr.device)
-    vals[rows, pos] = zr.reshape(-1)[flat]
-    cols = torch.zeros(vals.shape, dtype=torch.long, device=zr.device)
-    cols[rows, pos] = flat - rows * N
-    top = torch.topk(vals, K, dim=1, sorted=False)
-    v = top.values.amin(1)
-    if not bool((v > 0).all()) or bool(((vals >= v[:, None]).sum(1) != K).any()):
-        return None
-    return top.values, cols.gather(1, top.indices)
-
-
 def _train_stacked(Xs, gens, width, k, kind, steps, batch_size, lr, k_aux, aux_alpha, dead_after, fixed, inits,
                    threshold_momentum, dev):
     r"""The loop of :func:`train_saes` (arguments checked there) on the device ``dev``: the initial decoders
@@ -207,9 +181,6 @@ def _train_stacked(Xs, gens, width, k, kind, steps, batch_size, lr, k_aux, aux_a
     theta = torch.full((R,), float("nan"), device=dev)
     losses, deads = [], []
     inf = torch.tensor(float("inf"), device=dev)
-    # CPU only (it decides on the host, a sync per step elsewhere): the threshold prefilter of batch top-k,
-    # which pays when few of the batch's B * width entries are kept
-    prefilter, hint = torch.device(dev).type == "cpu" and all_valid and width >= 4 * k, None
     for step in range(steps):
         if all(full):
             x = rows_full
@@ -223,16 +194,10 @@ def _train_stacked(Xs, gens, width, k, kind, steps, batch_size, lr, k_aux, aux_a
         z = torch.baddbmm(b_enc[:, None, :], x - b_dec[:, None, :], W_enc)      # R x B x width
         zr = torch.relu(z) if all_valid else torch.relu(z) * mask
         if kind == "batchtopk":
-            # the kept set of torch.topk, found among the entries above a fraction of the last step's
-            # smallest kept value when that set is unambiguous (see _top_by_threshold), else by torch.topk
-            fast = prefilter and hint is not None
-            sel = _top_by_threshold(zr.reshape(R, -1), B * k, hint) if fast else None
-            if sel is None:
-                top = torch.topk(zr.reshape(R, -1), B * k, dim=1, sorted=not all_valid)   # same kept set either way
-                sel = top.values, top.indices
-            kept = sel[0] if all_valid else sel[0] * keep_rank
+            top = torch.topk(zr.reshape(R, -1), B * k, dim=1, sorted=not all_valid)   # same kept set either way
+            kept = top.values if all_valid else top.values * keep_rank
             # (scatter_ into fresh zeros: the same values and gradients as zeros_like(...).scatter, one copy fewer)
-            f = torch.zeros(R, B * width, device=dev).scatter_(1, sel[1], kept).reshape(R, B, width)
+            f = torch.zeros(R, B * width, device=dev).scatter_(1, top.indices, kept).reshape(R, B, width)
         else:
             top = torch.topk(zr, k, dim=-1)
             f = torch.zeros(R, B, width, device=dev).scatter_(-1, top.indices, top.values)
@@ -242,7 +207,7 @@ def _train_stacked(Xs, gens, width, k, kind, steps, batch_size, lr, k_aux, aux_a
         loss = per_model.sum()
         with torch.no_grad():
             if kind == "batchtopk":   # = (f > 0).any(1), counted on the B*k kept entries only (exact integers)
-                fired = torch.zeros(R, width, device=dev).scatter_add_(1, sel[1] % width, (kept > 0).float()) > 0
+                fired = torch.zeros(R, width, device=dev).scatter_add_(1, top.indices % width, (kept > 0).float()) > 0
             else:
                 fired = (f > 0).any(1)
             last_fired.masked_fill_(fired, step)
@@ -272,7 +237,6 @@ def _train_stacked(Xs, gens, width, k, kind, steps, batch_size, lr, k_aux, aux_a
             if kind == "batchtopk":
                 # the smallest kept activation: f's positive entries are exactly the positive kept values
                 m = torch.where(kept > 0, kept, inf).amin(dim=1)
-                hint = 0.5 * m if prefilter and bool(torch.isfinite(m).all()) else None
                 ok = torch.isfinite(m)
                 first = ok & torch.isnan(theta)
                 theta = torch.where(first, m, torch.where(ok, threshold_momentum * theta + (1 - threshold_momentum) * m, theta))
