@@ -34,8 +34,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .common.device import device as default_device
-from .common.device import module_device
+from .common.device import module_device, resolve_device
 from .tinyvlm.hooks import check_heads, head_mask, module_ablation, record_attention, record_residual
 from .tinyvlm.model import IMAGE_SLICE, TEXT_START, TinyVLM, as_patches, caption_batch, greedy_captions
 from .tinyvlm.train import js_divergence, js_drift  # Fig. 5's drift is recorded while the world trains
@@ -437,7 +436,7 @@ def run_experiment(world, n_natural: int = 600, n_trigger: int = 300, n_attr: in
     from .tinyvlm.world import encode_caption, make_split, sketch_tokens
     from .tinyvlm import hooks
 
-    dev = default_device() if device is None else torch.device(device)
+    dev = resolve_device(device)
     seed = world.seed
     model = build_model(world.final_state, world.config).to(dev)
     base = build_model(world.base_state, world.config).to(dev)

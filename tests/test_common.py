@@ -431,3 +431,15 @@ def test_module_device_and_to_device_follow_the_model():
     assert isinstance(moved["p"], Pair) and moved["p"].a.device.type == "meta"
     assert moved["p"].b[0].device.type == "meta" and moved["p"].b[1] == 5 and moved["s"] == "text"
     assert x.device.type == "cpu"
+
+
+def test_resolve_device_reads_none_as_the_default(monkeypatch):
+    """A library function's device argument: None is device() (here BOOK_DEVICE), anything else as given."""
+    from companion_lib.common import resolve_device
+    monkeypatch.setenv("BOOK_DEVICE", "cpu")
+    assert resolve_device() == resolve_device(None) == torch.device("cpu")
+    assert resolve_device("meta") == torch.device("meta") and resolve_device(torch.device("meta")).type == "meta"
+    monkeypatch.setenv("BOOK_DEVICE", "gpu-please")
+    with pytest.raises(ValueError, match="unknown device"):
+        resolve_device(None)
+    assert resolve_device("cpu") == torch.device("cpu")

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..common.device import device as default_device
+from ..common.device import resolve_device
 from ..common.device import module_device
 from ..common.validation import check_positive_int
 from ..tinylm import gpt2_config, non_embedding_params, tiny_causal_lm, train_loop, word_tokenizer
@@ -181,7 +181,7 @@ def train_member(member: FamilyMember, seed: int, batch_size: int = 32, lr: floa
     """
     tok = task_tokenizer()
     steps = member.steps if steps is None else check_positive_int(steps, "steps")
-    dev = default_device() if device is None else torch.device(device)
+    dev = resolve_device(device)
     cfg = gpt2_config(len(tok), n_positions, member.n_embd, member.n_layer, member.n_head)
     model = tiny_causal_lm(cfg, seed=seed).to(dev)
     model.train()
@@ -201,7 +201,7 @@ def load_member(member: FamilyMember, state: dict[str, torch.Tensor], n_position
     (default :func:`companion_lib.common.device`: the GPU when present, else the CPU); a :class:`~.methods.Scorer`
     wrapping it runs every pass there."""
     tok = task_tokenizer()
-    dev = default_device() if device is None else torch.device(device)
+    dev = resolve_device(device)
     model = tiny_causal_lm(gpt2_config(len(tok), n_positions, member.n_embd, member.n_layer, member.n_head), seed=0)
     model.load_state_dict(state)
     model.eval()
@@ -215,7 +215,7 @@ def train_family(seed: int, family: tuple[FamilyMember, ...] = FAMILY,
     ``device`` (default :func:`companion_lib.common.device`: the GPU when present, else the CPU) is where the
     models train (:func:`train_member`); the state dicts come back on the CPU."""
     torch.manual_seed(seed)
-    dev = default_device() if device is None else torch.device(device)
+    dev = resolve_device(device)
     return {m.name: train_member(m, seed, device=dev) for m in family}
 
 

@@ -9,7 +9,7 @@ A notebook's first lines after the setup cell are typically::
 """
 
 from .cache import cache_dir, disk_cache, library_fingerprint
-from .device import describe_device, device, module_device, to_device
+from .device import describe_device, device, module_device, resolve_device, to_device
 from .claims import CLAIMS_DATA_CLASS, OUTCOMES, VERDICTS, Claim, ClaimsFailed, ClaimTable, forest_plot
 from .glue import glue_all, glue
 from .paths import build_dir, claims_dir, project_root
@@ -21,6 +21,7 @@ from .timing import Timing, timer
 __all__ = [
     "BOOK_COLORS", "CLAIMS_DATA_CLASS", "OUTCOMES", "VERDICTS", "Claim", "ClaimTable", "ClaimsFailed", "Timing",
     "forest_plot",
-    "build_dir", "cache_dir", "claims_dir", "describe_device", "device", "module_device", "to_device", "default_threads", "disk_cache", "glue_all", "glue",
+    "build_dir", "cache_dir", "claims_dir", "describe_device", "device", "module_device", "resolve_device",
+    "to_device", "default_threads", "disk_cache", "glue_all", "glue",
     "library_fingerprint", "limit_threads", "project_root", "seed_everything", "timer", "use_book_style",
 ]

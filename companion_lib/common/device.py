@@ -17,7 +17,7 @@ import os
 
 import torch
 
-__all__ = ["device", "describe_device", "module_device", "to_device"]
+__all__ = ["device", "describe_device", "module_device", "resolve_device", "to_device"]
 
 
 def device(prefer: str | None = None) -> torch.device:
@@ -42,6 +42,13 @@ def device(prefer: str | None = None) -> torch.device:
     if dev.type not in ("cpu", "cuda", "mps"):
         raise ValueError(f"device {choice!r} is not supported (choose cpu, cuda, cuda:N or mps)")
     return dev
+
+
+def resolve_device(dev: str | torch.device | None = None) -> torch.device:
+    """A library function's ``device`` argument as a ``torch.device``: ``None`` means :func:`device` (the GPU
+    when present, else the CPU); anything else is taken as given (a name or a ``torch.device``, ``meta``
+    included, which the tests use to check that inputs follow a model)."""
+    return device() if dev is None else torch.device(dev)
 
 
 def describe_device(dev: torch.device | None = None) -> str:

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import torch
 
-from ..common.device import device as default_device
+from ..common.device import resolve_device
 from .attribution import _check_game, all_subsets, kernel_shap, lds, sample_shapley_subsets, subset_codes
 from .ddpm import (Schedule, _check_params, _forward, coalition_cost, init_denoisers, linear_beta_schedule, n_params,
                    train_denoisers)
@@ -44,7 +44,7 @@ def run_games(seed: int = 0, points_per_contributor: int = 64, T: int = 100, bet
     ``device`` (default :func:`companion_lib.common.device`: the GPU when present, else the CPU) is where the
     models train and sample; on the CPU the results are the same numbers whatever the argument.
     """
-    dev = default_device() if device is None else torch.device(device)
+    dev = resolve_device(device)
     X, owner = make_contributors(points_per_contributor, seed=seed)
     schedule = linear_beta_schedule(T, 1e-4, beta_max)
     n = int(owner.max()) + 1

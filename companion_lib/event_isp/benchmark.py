@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..common.device import device as default_device
+from ..common.device import resolve_device
 from ..common.device import to_device
 from ..common.validation import check_int, check_positive_int
 from .conventional import ConventionalISP, apply_ccm, delta_e2000, image_metrics
@@ -74,7 +74,7 @@ def run_benchmark(seed: int, n_train: int = 512, n_test: int = 64, size: int = 3
     models train and predict; the simulation, the conventional ISP and the scores stay on the CPU, and on
     the CPU the results are the same numbers whatever the argument.
     """
-    dev = default_device() if device is None else torch.device(device)
+    dev = resolve_device(device)
     seed = check_int(seed, "seed", low=0)
     n_train, n_test = check_positive_int(n_train, "n_train"), check_positive_int(n_test, "n_test")
     rng = np.random.default_rng([seed, 15])

@@ -14,8 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..common.device import device as default_device
-from ..common.device import module_device
+from ..common.device import module_device, resolve_device
 from ..common.replicates import mean_interval
 from .pid import atom_labels, pid_from_joint
 
@@ -347,7 +346,7 @@ def run_models(cfg: TrainConfig, seed, goals=None, replicates: int = 1, data=Non
     networks train and are tested; initial weights, mini-batch orders and the units' random draws come from
     the CPU's generators as before, so on the CPU the results are the same numbers whatever the argument.
     """
-    dev = default_device() if device is None else torch.device(device)
+    dev = resolve_device(device)
     goals = [_goal_dict(g) for g in (goals if goals is not None else [cfg.goal])]
     if not goals:
         raise ValueError("goals must name at least one goal")
@@ -434,7 +433,7 @@ def backprop_accuracy(cfg: TrainConfig, seed, data=None, lr: float = 0.02, devic
         raise ValueError(f"the backprop baseline uses the trivariate hidden layer, got hidden={cfg.hidden!r}")
     if not lr > 0:
         raise ValueError(f"lr must be positive, got {lr!r}")
-    dev = default_device() if device is None else torch.device(device)
+    dev = resolve_device(device)
     seeds, splits, own = _splits(seed, 1, data)
     R = len(seeds)
     Xtr, ytr, Xte, yte = _stack(splits)

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..common.device import device as default_device
+from ..common.device import resolve_device
 from ..tinylm import gpt2_config, tiny_causal_lm, train_lm
 from .frequency import cooccurrence_counts
 from .lre import causality, faithfulness, fit_lre, lm_states, lre_logits, select_beta, select_rank
@@ -46,7 +46,7 @@ def fact_lm(world: FactWorld, seed: int = 0, n_embd: int = 64, n_layer: int = 4,
     """
     cfg = gpt2_config(world.vocab_size, n_positions=world.sequence_length(), n_embd=n_embd, n_layer=n_layer,
                       n_head=n_head, activation="gelu_pytorch_tanh")
-    dev = default_device() if device is None else torch.device(device)
+    dev = resolve_device(device)
     return tiny_causal_lm(cfg, seed=seed).to(dev)
 
 

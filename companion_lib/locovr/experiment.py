@@ -8,7 +8,7 @@ import time
 import numpy as np
 import torch
 
-from ..common.device import device as default_device
+from ..common.device import resolve_device
 from .metrics import min_separation, path_efficiency
 from .floorplan import downsample
 from .tasks import (constant_velocity, generate_dataset, goal_errors, goal_from_map, goal_targets, make_samples,
@@ -48,7 +48,7 @@ def run_experiment(seed: int, n_train: int = 160, many: int = 40, few: int = 4, 
     result comes back as NumPy arrays."""
     if unet_steps < 0:
         raise ValueError(f"unet_steps must be >= 0, got {unet_steps}")
-    dev = default_device() if device is None else torch.device(device)
+    dev = resolve_device(device)
     torch.set_num_threads(1)
     t0 = time.process_time()
     train = {"LocoVR-mini": generate_dataset(many, n_train, seed=10_000 + seed),
@@ -85,7 +85,7 @@ def map_tasks(train: dict, test: dict, seed: int, steps: int = 200, batch: int =
     averaged over all its draws). Returns per-sample arrays, the training seconds and one example.
     ``device`` (default :func:`companion_lib.common.device`) is where the U-Nets train and predict; the
     rasterising, the A* path extraction and the baselines stay on the CPU."""
-    dev = default_device() if device is None else torch.device(device)
+    dev = resolve_device(device)
     occ_c = [downsample(o, o.shape[0] // res) for o in test["occ"]]
     Xp_test, _ = rasterise(test, res)
     Xg_test = np.ascontiguousarray(Xp_test[:, :-1])   # = rasterise(test, res, with_goal=False)[0]

@@ -12,8 +12,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from companion_lib.common.device import device as default_device
-from companion_lib.common.device import module_device, to_device
+from companion_lib.common.device import module_device, resolve_device, to_device
 from companion_lib.common.validation import check_int, check_positive
 
 from .birds import PALETTE, BirdSet, hue_palette, make_birds, swap_head_colours, swapped_labels
@@ -61,7 +60,7 @@ def fit_lucidppn(birds: BirdSet, alpha_d: float = 1.4, alpha_s: float = 1.0, alp
     epochs = check_int(epochs, "epochs", low=1)
     batch_size = check_int(batch_size, "batch_size", low=1)
     lr = check_positive(lr, "lr")
-    dev = default_device() if device is None else torch.device(device)
+    dev = resolve_device(device)
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(int(seed))
     model = LucidPPN(birds.masks.shape[1], birds.n_classes, widths, colour_hidden, detach=detach).to(dev)
@@ -91,7 +90,7 @@ def fit_blackbox(birds: BirdSet, epochs: int = 30, lr: float = 5e-3, batch_size:
     ``device`` (default :func:`companion_lib.common.device`) is where it trains and stays, as in :func:`fit_lucidppn`."""
     check_birds(birds)
     epochs = check_int(epochs, "epochs", low=1)
-    dev = default_device() if device is None else torch.device(device)
+    dev = resolve_device(device)
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(int(seed) + 1)
     model = BlackBoxCNN(birds.n_classes, widths).to(dev)
@@ -233,7 +232,7 @@ def run_experiment(seed: int, n_train: int = 60, n_test: int = 30, epochs: int =
     models train and predict; the stored ``state_dict`` tensors are on the CPU, and on the CPU the results are
     the same numbers whatever the argument.
     """
-    dev = default_device() if device is None else torch.device(device)
+    dev = resolve_device(device)
     train, test = experiment_data(seed, n_train, n_test)
     swapped = swap_head_colours(test)
     target = swapped_labels(test)
@@ -297,7 +296,7 @@ def run_leaky(seed: int, n_train: int = 60, n_test: int = 30, epochs: int = 45, 
     ``device`` (default :func:`companion_lib.common.device`) is where both models train and predict, as in
     :func:`run_experiment`.
     """
-    dev = default_device() if device is None else torch.device(device)
+    dev = resolve_device(device)
     train, test, swapped, target = leaky_data(seed, n_train, n_test, luminances)
     model, _ = fit_lucidppn(train, alpha_d=alpha_d, epochs=epochs, seed=seed, device=dev)
     out, out_sw = lucid_predict(model, test.images), lucid_predict(model, swapped.images)

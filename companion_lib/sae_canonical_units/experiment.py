@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..common.device import device as default_device
+from ..common.device import resolve_device
 from .world import _unit, make_world, sample_activations
 from .training import train_meta_saes, train_saes
 from .evaluation import (alive_latents, atom_hit_fraction, classify_latents, max_cosine, mean_l0, nmse,
@@ -46,7 +46,7 @@ def run_experiments(seeds, replicates: int = 1, widths=(16, 32, 64, 128), k: int
     config = dict(widths=widths, k=int(k), topk_width=int(topk_width), stitch=tuple(int(w) for w in stitch),
                   meta_width=int(meta_width))
     train_seeds = [1000 * s + r for s, r in keys]
-    dev = default_device() if device is None else torch.device(device)
+    dev = resolve_device(device)
     outs = []
     for s, r in keys:
         rng = np.random.default_rng([s, r])

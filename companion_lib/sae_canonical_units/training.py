@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..common.device import device as default_device
+from ..common.device import resolve_device
 from .model import SparseAutoencoder, _as_tensor, _check_k, batch_topk, topk_per_sample
 
 __all__ = ["TrainHistory", "train_sae_reference", "train_sae", "train_saes", "train_meta_sae", "train_meta_saes"]
@@ -111,7 +111,7 @@ def train_saes(Xs, width: int, k: int, kind: str = "batchtopk", steps: int = 300
     inits = list(b_dec_init) if isinstance(b_dec_init, (list, tuple)) else [b_dec_init] * R
     if len(inits) != R or any(i not in ("mean", "zero") for i in inits):
         raise ValueError(f"b_dec_init must be 'mean' or 'zero' (or one of them per data set), got {b_dec_init!r}")
-    dev = default_device() if device is None else torch.device(device)
+    dev = resolve_device(device)
     gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
     W_enc, b_enc, W_dec, b_dec, theta, losses, deads = (t.detach().cpu() for t in _train_stacked(
         Xs, gens, width, k, kind, steps, batch_size, lr, k_aux, aux_alpha, dead_after, fixed, inits,

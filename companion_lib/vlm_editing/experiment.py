@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from ..common import disk_cache
-from ..common.device import device as default_device
+from ..common.device import resolve_device
 from ..common.validation import check_positive_int
 from ..tinyvlm import Split, World, build_model, chair, make_split, trained_world
 from .lens import (_captions_and_confidence, auroc, calibrate_threshold, detection_rates, internal_confidence,
@@ -65,7 +65,7 @@ def cached_experiment(seed: int, device=None, **kwargs) -> Experiment:
     a run on the CPU is cached under the same key whatever ``device`` says, a run elsewhere under a key that
     names the device (its numbers differ from the CPU's in the last digits, so they never serve a run
     that ``BOOK_DEVICE=cpu`` sends to the CPU)."""
-    dev = default_device() if device is None else torch.device(device)
+    dev = resolve_device(device)
     key = dict(kwargs) if dev.type == "cpu" else {**kwargs, "device": str(dev)}
     return disk_cache("vlm_editing").cache(_experiment)(int(seed), key)
 
@@ -83,7 +83,7 @@ def run_experiment(world: World, n_cal: tuple = (300, 150), n_test: tuple = (600
     ``device`` (default :func:`companion_lib.common.device`: the GPU when present, else the CPU) is where the
     model captions, is read by the lens and is edited; the splits are drawn on the CPU as before, and every
     result comes back to the CPU (on the CPU the numbers are the same whatever ``device``)."""
-    dev = default_device() if device is None else torch.device(device)
+    dev = resolve_device(device)
     seed = int(world.seed)
     model = build_model(world.final_state, world.config).to(dev)
     cal, test = eval_split(seed, 0, *n_cal), eval_split(seed, 2, *n_test)
