@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .claims import claims_from_notebook
 
-__all__ = ["find_chapter", "reproduce_notebooks", "run_with_seeds", "main"]
+__all__ = ["find_chapter", "reproduce_notebooks", "run_with_parameters", "run_with_seeds", "main"]
 
 
 def find_chapter(root: Path, chapter: str) -> Path:
@@ -36,29 +36,43 @@ def reproduce_notebooks(folder: Path) -> list[Path]:
     return notebooks
 
 
-def run_with_seeds(md: Path, seeds: list[int], out_dir: Path, timeout: int = 1800) -> tuple[dict | None, str | None]:
-    """Execute ``md`` with ``seeds``; return (claims JSON or None, error text or None)."""
+def run_with_parameters(md: Path, parameters: dict, out_dir: Path, tag: str,
+                        timeout: int = 1800) -> tuple[dict, dict | None, str | None]:
+    """Execute the MyST notebook ``md`` by papermill with ``parameters`` set after its ``parameters`` cell, in
+    its own folder, writing ``<stem>.<tag>.ipynb`` under ``out_dir``.
+
+    Returns (the executed notebook, its last claims table's JSON or None, error text or None). The kernel
+    inherits this process's environment (``BOOK_CACHE_DIR``, ``BOOK_CLAIMS_DIR``)."""
     import nbformat
     import papermill
     from myst_nb.core.read import read_myst_markdown_notebook
 
+    if not isinstance(parameters, dict) or not all(isinstance(k, str) and k.isidentifier() for k in parameters):
+        raise ValueError(f"parameters must be a dict keyed by Python names, got {parameters!r}")
     md = Path(md).resolve()
     nb = read_myst_markdown_notebook(md.read_text(encoding="utf-8"), path=str(md))
     if not any("parameters" in c.get("metadata", {}).get("tags", []) for c in nb.cells):
         raise ValueError(f"{md} has no cell tagged 'parameters'")
+    out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    tag = "seeds-" + "-".join(map(str, seeds))   # one file per seed set: two re-runs at once do not collide
     src = out_dir / f"{md.stem}.{tag}.input.ipynb"
     dst = out_dir / f"{md.stem}.{tag}.ipynb"
     nbformat.write(nb, src)
     error = None
     try:
-        papermill.execute_notebook(str(src), str(dst), parameters={"seeds": list(seeds)}, cwd=str(md.parent),
+        papermill.execute_notebook(str(src), str(dst), parameters=parameters, cwd=str(md.parent),
                                    kernel_name="python3", progress_bar=False, execution_timeout=timeout)
-    except Exception as exc:  # papermill re-raises the cell's error; the table is still in dst
+    except Exception as exc:  # papermill re-raises the cell's error; the outputs so far are in dst
         error = f"{type(exc).__name__}: {exc}"
     executed = nbformat.read(dst, as_version=4) if dst.exists() else {"cells": []}
-    return claims_from_notebook(executed), error
+    return executed, claims_from_notebook(executed), error
+
+
+def run_with_seeds(md: Path, seeds: list[int], out_dir: Path, timeout: int = 1800) -> tuple[dict | None, str | None]:
+    """Execute ``md`` with ``seeds``; return (claims JSON or None, error text or None)."""
+    tag = "seeds-" + "-".join(map(str, seeds))   # one file per seed set: two re-runs at once do not collide
+    _, claims, error = run_with_parameters(md, {"seeds": list(seeds)}, out_dir, tag, timeout=timeout)
+    return claims, error
 
 
 def _print_table(data: dict) -> None:

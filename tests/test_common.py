@@ -443,3 +443,25 @@ def test_resolve_device_reads_none_as_the_default(monkeypatch):
     with pytest.raises(ValueError, match="unknown device"):
         resolve_device(None)
     assert resolve_device("cpu") == torch.device("cpu")
+
+
+def test_full_scale_estimate_closed_form_and_errors():
+    from companion_lib.common import COLAB_GPUS, full_scale_estimate
+
+    e = full_scale_estimate(1e9, dtype="float16", forward_tokens=1e6, train_tokens=1e5, trainable_params=1e6,
+                            extra_memory_gib=0.5, headroom=1.5, utilisation=0.5)
+    assert e.memory_gib == pytest.approx((1e9 * 2 * 1.5 + 1e6 * 12) / 2**30 + 0.5)
+    assert e.flops == pytest.approx(2e9 * 1e6 + 6e9 * 1e5)
+    t4 = COLAB_GPUS[0]
+    assert e.seconds(t4) == pytest.approx(e.flops / (t4.peak_flops * 0.5))
+    table = e.table()
+    assert list(table.index) == [g.name for g in COLAB_GPUS] and table["fits"].all()
+    big = full_scale_estimate(7e9, dtype="float32")             # 26 GiB of float32 weights: only the A100 holds it
+    assert big.smallest_gpu() is COLAB_GPUS[-1] and big.table()["fits"].tolist() == [False, False, True]
+    assert full_scale_estimate(1e9, train_tokens=1).memory_gib > full_scale_estimate(1e9).memory_gib  # optimiser state
+    for bad in (dict(dtype="int8"), dict(headroom=0.5), dict(utilisation=0), dict(forward_tokens=-1),
+                dict(trainable_params=2e9)):
+        with pytest.raises(ValueError):
+            full_scale_estimate(1e9, **bad)
+    with pytest.raises(ValueError, match="n_params"):
+        full_scale_estimate(0)

@@ -508,3 +508,32 @@ def test_llava_hooks_record_edit_and_lens(llava):
         with tv.residual_edit(model, 0, lambda h: h):
             assert torch.allclose(model(input_ids=ids, pixel_values=pixels).logits, clean, atol=1e-6)
     assert not any(len(layer._forward_hooks) for layer in tv.language_model_parts(model)[0])
+
+
+def test_load_llava_round_trip_and_refusals(tiny_llava, tmp_path):
+    import numpy as np
+    from PIL import Image
+    from transformers import BertConfig, BertForMaskedLM
+
+    folder = tiny_llava(["USER:", "ASSISTANT:", "describe", "the", "image", "dog"])
+    loaded = tv.load_llava(folder, device="cpu")
+    assert loaded.dtype == torch.float32 and loaded.device == torch.device("cpu")
+    assert loaded.model.config.text_config._attn_implementation == tv.ATTN_IMPLEMENTATION
+    image = Image.fromarray(np.random.default_rng(0).integers(0, 255, (16, 16, 3), dtype=np.uint8))
+    enc = loaded.processor(images=image, text="USER: <image> describe the image ASSISTANT:", return_tensors="pt")
+    assert tv.image_slice(loaded.model, enc["input_ids"]) == slice(1, 5)    # "USER:" (no BOS), then four image tokens
+    with torch.no_grad(), tv.record_attention(loaded.model) as att:
+        loaded.model(**enc)
+    assert len(att) == 2                                                      # the book's attention is in use
+    BertForMaskedLM(BertConfig(vocab_size=10, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                               intermediate_size=8)).save_pretrained(tmp_path / "bert")
+    with pytest.raises(ValueError, match="LlavaForConditionalGeneration"):
+        tv.load_llava(tmp_path / "bert", device="cpu")
+    with pytest.raises(ValueError, match="cannot load the config"):
+        tv.load_llava(tmp_path / "nothing-here", device="cpu")
+    with pytest.raises(ValueError, match="GiB free"):
+        tv.load_llava(folder, device="cpu", free_bytes=1000)
+    with pytest.raises(ValueError, match="dtype"):
+        tv.load_llava(folder, device="cpu", dtype="int8")
+    with pytest.raises(TypeError, match="hub id"):
+        tv.load_llava(3)

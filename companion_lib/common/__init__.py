@@ -9,6 +9,7 @@ A notebook's first lines after the setup cell are typically::
 """
 
 from .cache import cache_dir, disk_cache, library_fingerprint
+from .fullscale import COLAB_GPUS, FullScaleEstimate, full_scale_estimate
 from .device import describe_device, device, module_device, resolve_device, to_device
 from .claims import CLAIMS_DATA_CLASS, OUTCOMES, VERDICTS, Claim, ClaimsFailed, ClaimTable, forest_plot
 from .glue import glue_all, glue
@@ -19,7 +20,7 @@ from .threads import default_threads, limit_threads
 from .timing import Timing, timer
 
 __all__ = [
-    "BOOK_COLORS", "CLAIMS_DATA_CLASS", "OUTCOMES", "VERDICTS", "Claim", "ClaimTable", "ClaimsFailed", "Timing",
+    "BOOK_COLORS", "CLAIMS_DATA_CLASS", "COLAB_GPUS", "FullScaleEstimate", "full_scale_estimate", "OUTCOMES", "VERDICTS", "Claim", "ClaimTable", "ClaimsFailed", "Timing",
     "forest_plot",
     "build_dir", "cache_dir", "claims_dir", "describe_device", "device", "module_device", "resolve_device",
     "to_device", "default_threads", "disk_cache", "glue_all", "glue",

@@ -19,8 +19,8 @@ hallucination heads (16) and on the logit lens of image tokens (17).
 
 from .hooks import (adaptive_deactivation, attention_edit, check_heads, head_mask, module_ablation,
                     record_attention, record_residual, residual_edit, reweight_image, reweight_text)
-from .llava import (image_slice, image_token_positions, language_model_parts, logit_lens, tiny_llava_config,
-                    use_book_attention)
+from .llava import (SUPPORTED_VLMS, LoadedVLM, image_slice, image_token_positions, language_model_parts,
+                    load_llava, logit_lens, tiny_llava_config, use_book_attention)
 from .model import (ATTN_IMPLEMENTATION, IMAGE_SLICE, TEXT_START, TinyVLM, as_patches, caption_batch,
                     greedy_captions, tiny_llama_config)
 from .train import STAGES, TrainConfig, World, build_model, caption_loss, stage_prefixes, train_world, trained_world
@@ -36,5 +36,5 @@ __all__ = [
     "head_mask", "make_split", "module_ablation", "patchify", "record_attention", "record_residual", "render",
     "residual_edit", "reweight_image", "reweight_text", "sketch_tokens", "STAGES", "stage_prefixes", "train_world",
     "trained_world", "image_slice", "image_token_positions", "language_model_parts", "logit_lens",
-    "tiny_llava_config", "use_book_attention",
+    "tiny_llava_config", "use_book_attention", "SUPPORTED_VLMS", "LoadedVLM", "load_llava",
 ]

@@ -13,6 +13,8 @@ needs in addition, and this module gives:
   ``image_token_id``, so the image-attention edits know which keys are the image;
 * :func:`language_model_parts` and :func:`logit_lens` -- the decoder's blocks, final norm and LM head, and
   the logit lens :math:`W_U\,\mathrm{norm}(h)` of a residual state (chapter 17);
+* :func:`load_llava` -- a LLaVA checkpoint (hub id or folder) with its processor, on the book's attention,
+  after checking its class and that its parameters fit the device's memory, before any weights are read;
 * :func:`tiny_llava_config` -- a tiny randomly initialisable LLaVA configuration, for tests without downloads.
 
 The book's attention function builds a plain causal mask: batches of a real LLaVA must not be padded on
@@ -21,12 +23,16 @@ the left (score one prompt at a time, or pad on the right and read real position
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
 import torch
 from torch import nn
 
+from ..common.device import device as _device
 from .model import ATTN_IMPLEMENTATION
 
-__all__ = ["tiny_llava_config", "use_book_attention", "language_model_parts", "image_token_positions",
+__all__ = ["SUPPORTED_VLMS", "LoadedVLM", "load_llava", "tiny_llava_config", "use_book_attention", "language_model_parts", "image_token_positions",
            "image_slice", "logit_lens"]
 
 
@@ -68,6 +74,79 @@ def tiny_llava_config(vocab_size: int = 40, hidden_size: int = 16, n_layer: int 
                          vision_feature_layer=-2, vision_feature_select_strategy="default")
     config.text_config._attn_implementation = ATTN_IMPLEMENTATION
     return config
+
+
+#: Architectures (the ``architectures`` entry of a checkpoint's config) that :func:`load_llava` accepts.
+SUPPORTED_VLMS = ("LlavaForConditionalGeneration",)
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class LoadedVLM:
+    """A loaded LLaVA (eval mode, on ``device``, on the book's attention), its processor, and its source."""
+
+    model: nn.Module
+    processor: object
+    source: str
+    device: torch.device
+    dtype: torch.dtype
+
+
+def load_llava(model: str | Path, *, device: str | torch.device | None = None, dtype: str | None = None,
+               headroom: float = 1.2, free_bytes: int | None = None) -> LoadedVLM:
+    """Load a LLaVA checkpoint (``"llava-hf/llava-1.5-7b-hf"`` or a folder written by ``save_pretrained``) and its
+    processor, after checking that the hooks support it and that it fits.
+
+    Checked before any weights are read: the config loads and names an architecture of
+    :data:`SUPPORTED_VLMS` (the error lists the choices); the parameters (counted on the ``meta`` device) times
+    ``headroom`` fit the device's free memory (``free_bytes`` overrides the reading, for tests). ``dtype``
+    defaults to ``float16`` on a GPU (LLaVA-1.5's released precision) and ``float32`` on the CPU. The language
+    model is switched to the book's attention (:func:`use_book_attention`), which the hooks need.
+    """
+    from transformers import AutoConfig, AutoProcessor, LlavaForConditionalGeneration
+
+    from ..tinylm.hub import free_memory_bytes
+
+    if isinstance(model, Path):
+        model = str(model)
+    if not isinstance(model, str) or not model.strip():
+        raise TypeError(f"model must be a hub id (e.g. 'llava-hf/llava-1.5-7b-hf') or a local folder, "
+                        f"got {type(model).__name__}")
+    dev = _device(None if device is None else str(device))
+    if dtype is None:
+        dtype = "float16" if dev.type == "cuda" else "float32"
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
+    if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or headroom < 1:
+        raise ValueError(f"headroom must be a number >= 1, got {headroom!r}")
+    try:
+        config = AutoConfig.from_pretrained(model)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ValueError(f"cannot load the config of {model!r} (a hub id needs network access; a folder needs "
+                         f"the config.json that save_pretrained writes): {exc}") from None
+    archs = list(getattr(config, "architectures", None) or [])
+    if not any(a in SUPPORTED_VLMS for a in archs):
+        raise ValueError(f"{model!r} is a {', '.join(archs) or type(config).__name__} checkpoint; the book's "
+                         f"vision-language hooks support {', '.join(SUPPORTED_VLMS)}")
+    with torch.device("meta"):
+        skeleton = LlavaForConditionalGeneration(config)
+    need = sum(p.numel() for p in skeleton.parameters()) * torch.empty((), dtype=_DTYPES[dtype]).element_size()
+    free = free_memory_bytes(dev) if free_bytes is None else int(free_bytes)
+    if need * headroom > free:
+        raise ValueError(f"{model!r} needs about {need / 2**30:.2f} GiB for its parameters in {dtype} "
+                         f"(x{headroom} with activations) but {dev} has {free / 2**30:.2f} GiB free: use "
+                         f"dtype='float16' or a GPU with more memory")
+    try:
+        processor = AutoProcessor.from_pretrained(model)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"cannot load the processor of {model!r}: {exc}") from None
+    try:
+        vlm = LlavaForConditionalGeneration.from_pretrained(model, dtype=_DTYPES[dtype])
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        raise ValueError(f"cannot load the weights of {model!r}: {exc}") from None
+    vlm = use_book_attention(vlm.to(dev).eval())
+    return LoadedVLM(model=vlm, processor=processor, source=model, device=dev, dtype=_DTYPES[dtype])
 
 
 def use_book_attention(model: nn.Module) -> nn.Module:
