@@ -502,3 +502,26 @@ def test_load_causal_lm_refuses_before_reading_weights(tmp_path):
         load_causal_lm(3)
     with pytest.raises(ValueError, match="not available"):
         load_causal_lm(folder, device="cuda:7")
+
+
+def test_load_causal_lm_passes_the_revision_to_every_loader(tmp_path, monkeypatch):
+    """A hub revision (chapter 11's intermediate OLMo checkpoints) reaches the config, tokenizer and weights
+    loaders alike; a bad revision is refused before anything loads."""
+    import transformers
+
+    lm = tiny_causal_lm(gpt2_config(12, n_positions=16, n_embd=16), seed=0)
+    folder = _save_checkpoint(lm, tmp_path / "ok")
+    seen = []
+    for cls in (transformers.AutoConfig, transformers.AutoTokenizer, transformers.AutoModelForCausalLM):
+        original = cls.from_pretrained.__func__
+
+        def spy(klass, *args, _original=original, **kwargs):
+            seen.append((klass.__name__, kwargs.get("revision")))
+            return _original(klass, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "from_pretrained", classmethod(spy))
+    load_causal_lm(folder, device="cpu", revision="step1000")              # a local folder ignores the revision
+    assert {name for name, _ in seen} >= {"AutoConfig", "AutoTokenizer", "AutoModelForCausalLM"}
+    assert all(rev == "step1000" for _, rev in seen)
+    with pytest.raises(TypeError, match="revision"):
+        load_causal_lm(folder, device="cpu", revision="")

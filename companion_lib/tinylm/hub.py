@@ -57,8 +57,15 @@ def _source(model: object) -> str:
     return model
 
 
-def causal_lm_config(model: str | Path):
-    """The checkpoint's config, with its architecture checked against :data:`SUPPORTED_CAUSAL_LMS`.
+def _check_revision(revision: object) -> None:
+    if revision is not None and (not isinstance(revision, str) or not revision.strip()):
+        raise TypeError(f"revision must be None or a branch, tag or commit name, got {revision!r}")
+
+
+def causal_lm_config(model: str | Path, revision: str | None = None):
+    """The checkpoint's config (at hub ``revision``: a branch, tag or commit, e.g. one of OLMo's intermediate
+    checkpoints ``"step20000-tokens84B"``; default the main branch), with its architecture checked against
+    :data:`SUPPORTED_CAUSAL_LMS`.
 
     Raises ``ValueError`` naming the checkpoint when its config does not load (no such folder, no network,
     not a Hugging Face checkpoint) or when its architecture is not supported (the error lists the choices).
@@ -66,8 +73,9 @@ def causal_lm_config(model: str | Path):
     from transformers import AutoConfig
 
     source = _source(model)
+    _check_revision(revision)
     try:
-        config = AutoConfig.from_pretrained(source)
+        config = AutoConfig.from_pretrained(source, revision=revision)
     except (OSError, ValueError, KeyError) as exc:
         raise ValueError(f"cannot load the config of {source!r} (a hub id needs network access; a folder needs "
                          f"the config.json that save_pretrained writes): {exc}") from None
@@ -108,7 +116,7 @@ def free_memory_bytes(dev: torch.device) -> int:
 
 
 def load_causal_lm(model: str | Path, *, device: str | torch.device | None = None, dtype: str | None = None,
-                   headroom: float = 1.2, free_bytes: int | None = None) -> LoadedLM:
+                   headroom: float = 1.2, free_bytes: int | None = None, revision: str | None = None) -> LoadedLM:
     """Load a supported causal LM and its tokenizer, after checking that it can run here.
 
     Parameters
@@ -124,6 +132,8 @@ def load_causal_lm(model: str | Path, *, device: str | torch.device | None = Non
         The parameters times ``headroom`` must fit in the device's free memory (activations need the rest).
     free_bytes:
         The free memory to check against (default :func:`free_memory_bytes`; the tests pass a small value).
+    revision:
+        A hub branch, tag or commit (an intermediate training checkpoint, for chapter 11); default the main branch.
 
     Every check runs before the weights are read, so a wrong choice fails in seconds, not after a download.
     """
@@ -138,7 +148,7 @@ def load_causal_lm(model: str | Path, *, device: str | torch.device | None = Non
     if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or headroom < 1:
         raise ValueError(f"headroom must be a number >= 1, got {headroom!r}")
     torch_dtype = _DTYPES[dtype]
-    config = causal_lm_config(source)
+    config = causal_lm_config(source, revision=revision)
     need = parameter_bytes(config, torch_dtype)
     free = free_memory_bytes(dev) if free_bytes is None else int(free_bytes)
     if need * headroom > free:
@@ -146,11 +156,11 @@ def load_causal_lm(model: str | Path, *, device: str | torch.device | None = Non
                          f"(x{headroom} with activations) but {dev} has {free / 2**30:.2f} GiB free: choose a "
                          f"smaller model, dtype='float16'/'bfloat16', or a GPU")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source)
+        tokenizer = AutoTokenizer.from_pretrained(source, revision=revision)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"cannot load the tokenizer of {source!r}: {exc}") from None
     try:
-        lm = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype)
+        lm = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, revision=revision)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         raise ValueError(f"cannot load the weights of {source!r}: {exc}") from None
     lm = lm.to(dev).eval()
