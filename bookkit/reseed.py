@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .claims import claims_from_notebook
 
-__all__ = ["find_chapter", "reproduce_notebooks", "run_with_parameters", "run_with_seeds", "main"]
+__all__ = ["CHECK_ERRORS", "find_chapter", "reproduce_notebooks", "run_with_parameters", "run_with_seeds", "main"]
 
 
 def find_chapter(root: Path, chapter: str) -> Path:
@@ -36,13 +36,23 @@ def reproduce_notebooks(folder: Path) -> list[Path]:
     return notebooks
 
 
-def run_with_parameters(md: Path, parameters: dict, out_dir: Path, tag: str,
-                        timeout: int = 1800) -> tuple[dict, dict | None, str | None]:
+#: errors a page's own checks raise: a contradicted claims table (ClaimsFailed) and a prose check (assert)
+CHECK_ERRORS = ("ClaimsFailed", "AssertionError")
+
+
+def run_with_parameters(md: Path, parameters: dict, out_dir: Path, tag: str, timeout: int = 1800,
+                        checks_off_before: str | None = None) -> tuple[dict, dict | None, str | None]:
     """Execute the MyST notebook ``md`` by papermill with ``parameters`` set after its ``parameters`` cell, in
     its own folder, writing ``<stem>.<tag>.ipynb`` under ``out_dir``.
 
     Returns (the executed notebook, its last claims table's JSON or None, error text or None). The kernel
-    inherits this process's environment (``BOOK_CACHE_DIR``, ``BOOK_CLAIMS_DIR``)."""
+    inherits this process's environment (``BOOK_CACHE_DIR``, ``BOOK_CLAIMS_DIR``).
+
+    ``checks_off_before`` (a heading's text, e.g. ``"At full scale"``): the code cells before the first Markdown
+    cell with that heading run on after an error, and the page's own checks failing there (:data:`CHECK_ERRORS`:
+    a contradicted claim or a prose assertion, which toy sizes can trip) are not errors of the run; any other
+    error there, and every error from the heading on, still is. A test of the full-scale section then runs the
+    book's experiments at minimal sizes without depending on their verdicts (the book's run checks those)."""
     import nbformat
     import papermill
     from myst_nb.core.read import read_myst_markdown_notebook
@@ -53,6 +63,14 @@ def run_with_parameters(md: Path, parameters: dict, out_dir: Path, tag: str,
     nb = read_myst_markdown_notebook(md.read_text(encoding="utf-8"), path=str(md))
     if not any("parameters" in c.get("metadata", {}).get("tags", []) for c in nb.cells):
         raise ValueError(f"{md} has no cell tagged 'parameters'")
+    if checks_off_before is not None:
+        starts = [i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and any(
+            line.lstrip("#").strip() == checks_off_before for line in c.source.splitlines() if line.startswith("#"))]
+        if not starts:
+            raise ValueError(f"{md} has no heading {checks_off_before!r}")
+        for cell in nb.cells[:starts[0]]:
+            if cell.cell_type == "code":
+                cell.metadata.setdefault("tags", []).append("raises-exception")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     src = out_dir / f"{md.stem}.{tag}.input.ipynb"
@@ -65,6 +83,14 @@ def run_with_parameters(md: Path, parameters: dict, out_dir: Path, tag: str,
     except Exception as exc:  # papermill re-raises the cell's error; the outputs so far are in dst
         error = f"{type(exc).__name__}: {exc}"
     executed = nbformat.read(dst, as_version=4) if dst.exists() else {"cells": []}
+    if checks_off_before is not None and dst.exists():
+        error = None
+        for cell in executed.cells:
+            tolerant = "raises-exception" in cell.get("metadata", {}).get("tags", [])
+            for out in cell.get("outputs", []):
+                if out.get("output_type") == "error" and not (tolerant and out.get("ename") in CHECK_ERRORS):
+                    error = error or f"{out.get('ename')}: {out.get('evalue')} (in the cell starting " \
+                                     f"{cell.source.strip().splitlines()[0][:80] if cell.source.strip() else ''!r})"
     return executed, claims_from_notebook(executed), error
 
 

@@ -525,3 +525,12 @@ def test_load_causal_lm_passes_the_revision_to_every_loader(tmp_path, monkeypatc
     assert all(rev == "step1000" for _, rev in seen)
     with pytest.raises(TypeError, match="revision"):
         load_causal_lm(folder, device="cpu", revision="")
+
+
+def test_load_causal_lm_names_a_corrupt_weights_file(tmp_path):
+    lm = tiny_causal_lm(gpt2_config(12, n_positions=16, n_embd=16), seed=0)
+    folder = _save_checkpoint(lm, tmp_path / "ok")
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:200])                      # a download cut short
+    with pytest.raises(ValueError, match="cannot load the weights"):
+        load_causal_lm(folder, device="cpu")

@@ -62,3 +62,24 @@ def test_check_finite_vector():
         check_finite_vector([1.0, 2.0], "x", n=3)
     with pytest.raises(ValueError, match=r"x must be finite \(no NaN or inf\)"):
         check_finite_vector([1.0, np.nan], "x")
+
+
+def test_json_lines_reads_objects_lazily_and_names_the_bad_line(tmp_path):
+    import gzip
+
+    from companion_lib.common.validation import json_lines
+
+    plain = tmp_path / "a.jsonl"
+    plain.write_text('{"x": 1}\n\n{"x": 2}\nnot json\n', encoding="utf-8")
+    rows = json_lines(plain, "objects with x")
+    assert next(rows) == (f"line 1 of {str(plain)!r}", {"x": 1})
+    assert next(rows) == (f"line 3 of {str(plain)!r}", {"x": 2})          # blank lines skipped, numbers kept
+    with pytest.raises(ValueError, match=r"line 4 of .* is not JSON .*; expected objects with x"):
+        next(rows)
+    zipped = tmp_path / "b.jsonl.gz"
+    with gzip.open(zipped, "wt", encoding="utf-8") as f:
+        f.write('{"x": 3}\n[1, 2]\n')
+    rows = json_lines(zipped, "objects with x")
+    assert next(rows)[1] == {"x": 3}
+    with pytest.raises(ValueError, match="line 2 of .* is a JSON list, not an object"):
+        next(rows)

@@ -14,11 +14,16 @@ tests that match on them keep passing::
 
 from __future__ import annotations
 
+import gzip
+import json
 import numbers
+from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 
-__all__ = ["check_int", "check_positive_int", "check_positive", "check_probability", "check_finite_vector"]
+__all__ = ["check_int", "check_positive_int", "check_positive", "check_probability", "check_finite_vector",
+           "json_lines"]
 
 
 def check_int(value: object, name: str, low: int | None = None) -> int:
@@ -70,3 +75,25 @@ def check_finite_vector(a: object, name: str, n: int | None = None) -> np.ndarra
     if not np.all(np.isfinite(a)):
         raise ValueError(f"{name} must be finite (no NaN or inf)")
     return a
+
+
+def json_lines(path: str | Path, expected: str) -> Iterator[tuple[str, dict]]:
+    """The JSON objects of a JSON-lines file (gzipped when its name ends in ``.gz``), one per non-blank line,
+    each with where it was (``"line 3 of 'path'"``) for the caller's own format errors.
+
+    A line that is not JSON, or not a JSON object, stops with ``ValueError`` naming the line and ``expected``
+    (the format the caller reads). Reading is lazy: a caller that needs the first lines reads only those."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"line {number} of {str(path)!r}"
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{where} is not JSON ({exc.msg}); expected {expected}") from None
+            if not isinstance(record, dict):
+                raise ValueError(f"{where} is a JSON {type(record).__name__}, not an object; expected {expected}")
+            yield where, record

@@ -25,15 +25,16 @@ from torch import nn
 
 from ..common.device import device as _device
 
-__all__ = ["SUPPORTED_CAUSAL_LMS", "LoadedLM", "causal_lm_config", "parameter_bytes", "free_memory_bytes",
-           "load_causal_lm"]
+__all__ = ["SUPPORTED_CAUSAL_LMS", "DTYPES", "LoadedLM", "causal_lm_config", "parameter_bytes", "free_memory_bytes",
+           "check_fits", "resolve_dtype", "load_causal_lm"]
 
 #: Architectures (the ``architectures`` entry of a checkpoint's config) whose blocks, final norm and
 #: unembedding :func:`companion_lib.tinylm.layer_adapter` finds, tested on tiny instances of each.
 SUPPORTED_CAUSAL_LMS = ("GPT2LMHeadModel", "GPTNeoXForCausalLM", "OlmoForCausalLM", "Olmo2ForCausalLM",
                         "LlamaForCausalLM")
 
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+#: The precisions a checkpoint can be loaded in, by name.
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,26 @@ def free_memory_bytes(dev: torch.device) -> int:
     return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
 
 
+def resolve_dtype(dtype: str | None, dev: torch.device) -> tuple[str, torch.dtype]:
+    """The precision to hold a checkpoint in: ``dtype`` (a name of :data:`DTYPES`) checked, or by default
+    ``float16`` on a GPU (the norm for these checkpoints) and ``float32`` on the CPU."""
+    if dtype is None:
+        dtype = "float16" if torch.device(dev).type == "cuda" else "float32"
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    return dtype, DTYPES[dtype]
+
+
+def check_fits(need_bytes: float, dev: torch.device, what: str, advice: str, free_bytes: int | None = None) -> None:
+    """Stop before any weights are read when a run cannot fit: ``ValueError`` saying that ``what`` needs about
+    ``need_bytes`` but ``dev`` has less free (:func:`free_memory_bytes`, or ``free_bytes`` where a test sets it),
+    followed by ``advice`` (the choices that would fit)."""
+    free = free_memory_bytes(dev) if free_bytes is None else int(free_bytes)
+    if need_bytes > free:
+        raise ValueError(f"{what} needs about {need_bytes / 2**30:.2f} GiB but {dev} has {free / 2**30:.2f} GiB "
+                         f"free: {advice}")
+
+
 def load_causal_lm(model: str | Path, *, device: str | torch.device | None = None, dtype: str | None = None,
                    headroom: float = 1.2, free_bytes: int | None = None, revision: str | None = None) -> LoadedLM:
     """Load a supported causal LM and its tokenizer, after checking that it can run here.
@@ -141,27 +162,22 @@ def load_causal_lm(model: str | Path, *, device: str | torch.device | None = Non
 
     source = _source(model)
     dev = _device(None if device is None else str(device))
-    if dtype is None:
-        dtype = "float16" if dev.type == "cuda" else "float32"
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
+    dtype, torch_dtype = resolve_dtype(dtype, dev)
     if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or headroom < 1:
         raise ValueError(f"headroom must be a number >= 1, got {headroom!r}")
-    torch_dtype = _DTYPES[dtype]
     config = causal_lm_config(source, revision=revision)
-    need = parameter_bytes(config, torch_dtype)
-    free = free_memory_bytes(dev) if free_bytes is None else int(free_bytes)
-    if need * headroom > free:
-        raise ValueError(f"{source!r} needs about {need / 2**30:.2f} GiB for its parameters in {dtype} "
-                         f"(x{headroom} with activations) but {dev} has {free / 2**30:.2f} GiB free: choose a "
-                         f"smaller model, dtype='float16'/'bfloat16', or a GPU")
+    check_fits(parameter_bytes(config, torch_dtype) * headroom, dev,
+               f"{source!r} (its parameters in {dtype}, x{headroom} with activations)",
+               "choose a smaller model, dtype='float16'/'bfloat16', or a GPU", free_bytes)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, revision=revision)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"cannot load the tokenizer of {source!r}: {exc}") from None
+    from safetensors import SafetensorError
+
     try:
         lm = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, revision=revision)
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+    except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as exc:   # a corrupt weights file
         raise ValueError(f"cannot load the weights of {source!r}: {exc}") from None
     lm = lm.to(dev).eval()
     arch = next(a for a in config.architectures if a in SUPPORTED_CAUSAL_LMS)

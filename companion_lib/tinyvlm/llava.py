@@ -79,9 +79,6 @@ def tiny_llava_config(vocab_size: int = 40, hidden_size: int = 16, n_layer: int 
 #: Architectures (the ``architectures`` entry of a checkpoint's config) that :func:`load_llava` accepts.
 SUPPORTED_VLMS = ("LlavaForConditionalGeneration",)
 
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
 @dataclass(frozen=True)
 class LoadedVLM:
     """A loaded LLaVA (eval mode, on ``device``, on the book's attention), its processor, and its source."""
@@ -106,7 +103,7 @@ def load_llava(model: str | Path, *, device: str | torch.device | None = None, d
     """
     from transformers import AutoConfig, AutoProcessor, LlavaForConditionalGeneration
 
-    from ..tinylm.hub import free_memory_bytes
+    from ..tinylm.hub import check_fits, resolve_dtype
 
     if isinstance(model, Path):
         model = str(model)
@@ -114,10 +111,7 @@ def load_llava(model: str | Path, *, device: str | torch.device | None = None, d
         raise TypeError(f"model must be a hub id (e.g. 'llava-hf/llava-1.5-7b-hf') or a local folder, "
                         f"got {type(model).__name__}")
     dev = _device(None if device is None else str(device))
-    if dtype is None:
-        dtype = "float16" if dev.type == "cuda" else "float32"
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
+    dtype, torch_dtype = resolve_dtype(dtype, dev)
     if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or headroom < 1:
         raise ValueError(f"headroom must be a number >= 1, got {headroom!r}")
     try:
@@ -131,22 +125,21 @@ def load_llava(model: str | Path, *, device: str | torch.device | None = None, d
                          f"vision-language hooks support {', '.join(SUPPORTED_VLMS)}")
     with torch.device("meta"):
         skeleton = LlavaForConditionalGeneration(config)
-    need = sum(p.numel() for p in skeleton.parameters()) * torch.empty((), dtype=_DTYPES[dtype]).element_size()
-    free = free_memory_bytes(dev) if free_bytes is None else int(free_bytes)
-    if need * headroom > free:
-        raise ValueError(f"{model!r} needs about {need / 2**30:.2f} GiB for its parameters in {dtype} "
-                         f"(x{headroom} with activations) but {dev} has {free / 2**30:.2f} GiB free: use "
-                         f"dtype='float16' or a GPU with more memory")
+    need = sum(p.numel() for p in skeleton.parameters()) * torch.empty((), dtype=torch_dtype).element_size()
+    check_fits(need * headroom, dev, f"{model!r} (its parameters in {dtype}, x{headroom} with activations)",
+               "use dtype='float16' or a GPU with more memory", free_bytes)
     try:
         processor = AutoProcessor.from_pretrained(model)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"cannot load the processor of {model!r}: {exc}") from None
+    from safetensors import SafetensorError
+
     try:
-        vlm = LlavaForConditionalGeneration.from_pretrained(model, dtype=_DTYPES[dtype])
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        vlm = LlavaForConditionalGeneration.from_pretrained(model, dtype=torch_dtype)
+    except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as exc:   # a corrupt weights file
         raise ValueError(f"cannot load the weights of {model!r}: {exc}") from None
     vlm = use_book_attention(vlm.to(dev).eval())
-    return LoadedVLM(model=vlm, processor=processor, source=model, device=dev, dtype=_DTYPES[dtype])
+    return LoadedVLM(model=vlm, processor=processor, source=model, device=dev, dtype=torch_dtype)
 
 
 def use_book_attention(model: nn.Module) -> nn.Module:
