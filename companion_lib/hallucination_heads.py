@@ -22,11 +22,19 @@ Intervention.* The paper's argument, and the functions here that compute each st
 6. **Interventions**: re-weighting the text attention of chosen heads (Fig. 6a), adaptive deactivation
    AD-HH (both in :mod:`companion_lib.tinyvlm.hooks`, evaluated with :func:`caption_chair`), and
    targeted fine-tuning TF-HH of the heads' query/key rows with an attention loss (:func:`targeted_finetune`).
+
+At full scale (the reproduce page's last section) the same measurements run on a real LLaVA and COCO:
+:func:`llava_greedy_caption` (greedy captions under an optional intervention, with a key-value cache),
+:func:`llava_object_tokens` (the object tokens of the captions, CHAIR-labelled through
+:mod:`companion_lib.tinyvlm.coco`), :func:`ablation_effects`, :func:`head_scores` and :func:`module_mediation`
+(which take those tokens as they take the tiny world's), and :func:`full_scale`, which checks the model and
+the data before it reads any weights and returns a :class:`FullScaleResult`.
 """
 
 from __future__ import annotations
 
 import copy
+import inspect
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -45,6 +53,8 @@ __all__ = [
     "module_components", "module_mediation", "head_scores", "top_heads", "random_heads", "attention_mass",
     "attention_similarity", "js_divergence", "js_drift", "caption_chair", "targeted_finetune",
     "relative_reduction", "Experiment", "choose_tau", "run_experiment", "head_mean",
+    "PAPER_PROMPT", "LLAVA_7B_PARAMS", "LlavaCaption", "llava_greedy_caption", "LlavaObjectTokens",
+    "llava_object_tokens", "FullScaleResult", "full_scale",
 ]
 
 
@@ -134,22 +144,29 @@ def _logits_from_block(model: TinyVLM, resid: list, layer: int) -> torch.Tensor:
     rotary embeddings, final norm and head), so the numbers are those of a full pass whose first ``layer``
     blocks gave ``resid[layer]``."""
     lm = model.lm.model
-    h = resid[layer]
+    return model.lm.lm_head(lm.norm(_run_blocks(lm, resid[layer], layer)))
+
+
+def _run_blocks(decoder, h: torch.Tensor, layer: int) -> torch.Tensor:
+    """The residual stream after the blocks of a Llama ``decoder`` from block ``layer`` on, given its input
+    ``h`` there (positions from zero, the decoder's rotary embeddings)."""
     pos = torch.arange(h.shape[1], device=h.device)[None]
-    rope = lm.rotary_emb(h, position_ids=pos)
-    for block in lm.layers[layer:]:
+    rope = decoder.rotary_emb(h, position_ids=pos)
+    for block in decoder.layers[layer:]:
         h = block(h, position_embeddings=rope, position_ids=pos)
-    return model.lm.lm_head(lm.norm(h))
+        h = h[0] if isinstance(h, tuple) else h
+    return h
 
 
 def head_components(model) -> list:
-    """Every head as a component ``("head", l, h)``."""
-    return [("head", l, h) for l in range(model.n_layers) for h in range(model.n_heads)]
+    """Every head as a component ``("head", l, h)`` (of a :class:`TinyVLM` or a LLaVA)."""
+    n_layers, n_heads = _model_shape(model)
+    return [("head", l, h) for l in range(n_layers) for h in range(n_heads)]
 
 
 def module_components(model) -> list:
     """Every layer's attention block and MLP as components ``("mha", l)`` and ``("mlp", l)``."""
-    return [(kind, l) for l in range(model.n_layers) for kind in ("mha", "mlp")]
+    return [(kind, l) for l in range(_model_shape(model)[0]) for kind in ("mha", "mlp")]
 
 
 def _context(model, component):
@@ -168,7 +185,10 @@ def ablation_effects(model: TinyVLM, data: ObjectTokens, components: list) -> np
 
     Zeroing a component of layer :math:`l` leaves the blocks below :math:`l` as they are, so each ablated
     pass resumes at block :math:`l` from the clean pass's residual stream (:func:`_logits_from_block`): the
-    same numbers as a full ablated pass (a test checks it), for the cost of the blocks from :math:`l` up."""
+    same numbers as a full ablated pass (a test checks it), for the cost of the blocks from :math:`l` up.
+    With :class:`LlavaObjectTokens` the model is a LLaVA and the same is done caption by caption."""
+    if isinstance(data, LlavaObjectTokens):
+        return _llava_ablation_effects(model, data, components)
     model.eval()
     dev = module_device(model)
     with record_residual(model) as resid:
@@ -197,13 +217,14 @@ def module_mediation(model: TinyVLM, data: ObjectTokens) -> dict:
 
 
 def head_scores(model: TinyVLM, data: ObjectTokens) -> np.ndarray:
-    r"""The contrastive attribution :math:`S(l,h)` of every head, shape ``(n_layers, n_heads)``."""
+    r"""The contrastive attribution :math:`S(l,h)` of every head, shape ``(n_layers, n_heads)`` (a
+    :class:`TinyVLM` with :class:`ObjectTokens`, or a LLaVA with :class:`LlavaObjectTokens`)."""
     if data.n_hallucinated == 0 or data.n_real == 0:
         raise ValueError("data needs both hallucinated and real object tokens")
     eff = ablation_effects(model, data, head_components(model))
     hal = data.hallucinated[data.mask]
     s = eff[:, hal].mean(1) - eff[:, ~hal].mean(1)
-    return s.reshape(model.n_layers, model.n_heads)
+    return s.reshape(_model_shape(model))
 
 
 def top_heads(scores: np.ndarray, k: int, largest: bool = True) -> list:
@@ -507,3 +528,391 @@ def run_experiment(world, n_natural: int = 600, n_trigger: int = 300, n_attr: in
 def head_mean(values: np.ndarray, heads: list) -> float:
     """Mean of a ``(layers, heads)`` array over a list of heads."""
     return float(np.mean([values[l, h] for l, h in heads]))
+
+
+# -- the same measurements on a real LLaVA and COCO (issue 39: the page's "At full scale") ------------------
+#: The paper's captioning prompt for LLaVA-1.5 (research note: "Please describe this image in detail.", greedy,
+#: 128 new tokens), in LLaVA-1.5's conversation format.
+PAPER_PROMPT = "USER: <image>\nPlease describe this image in detail. ASSISTANT:"
+#: Parameters of LLaVA-1.5-7B (the model card of llava-hf/llava-1.5-7b-hf: 7.06B).
+LLAVA_7B_PARAMS = 7.06e9
+
+
+def _model_shape(model) -> tuple[int, int]:
+    """``(n_layers, n_heads)`` of a :class:`TinyVLM` (its attributes) or of a LLaVA (its decoder blocks)."""
+    if isinstance(model, TinyVLM):
+        return model.n_layers, model.n_heads
+    from .tinyvlm.hooks import _shape
+    return _shape(model)
+
+
+@dataclass
+class LlavaCaption:
+    """A greedy caption of one image by a LLaVA: the prompt and generated ids ``(1, S)``, the image's
+    ``pixel_values``, where the generated tokens start, the image block and the decoded ``text`` with the
+    character end of each generated token in it (``token_ends``)."""
+
+    input_ids: torch.Tensor
+    pixel_values: torch.Tensor
+    prompt_len: int
+    image_block: slice
+    text: str
+    token_ends: list
+
+
+@torch.no_grad()
+def llava_greedy_caption(loaded, image, prompt: str = PAPER_PROMPT, max_new_tokens: int = 128, edit=None,
+                         use_cache: bool = True) -> LlavaCaption:
+    """Greedy caption of one PIL ``image`` by a loaded LLaVA (:func:`companion_lib.tinyvlm.load_llava`), one
+    image at a time (the book's attention does not pad). ``edit(image_block) -> context manager`` is an
+    optional intervention entered for the whole decoding (e.g. AD-HH with ``text_start`` the end of the
+    image block). With ``use_cache`` the new tokens are decoded with a key-value cache, else every step
+    re-reads the whole sequence (the same tokens: a test checks it). Decoding stops at the end-of-sequence
+    token or after ``max_new_tokens``; the image placeholder token is never emitted."""
+    from .tinyvlm.llava import image_slice
+
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
+    model, proc = loaded.model, loaded.processor
+    enc = proc(images=image, text=prompt, return_tensors="pt")
+    ids = enc["input_ids"].to(loaded.device)
+    pix = enc["pixel_values"].to(loaded.device, loaded.dtype)
+    block = image_slice(model, ids)
+    eos = proc.tokenizer.eos_token_id
+    image_token = model.config.image_token_id
+    # transformers >= 5.2x names the key-value cache ``cache``, earlier versions ``past_key_values``
+    cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    new: list = []
+    with (edit(block) if edit is not None else nullcontext()):
+        out = model(input_ids=ids, pixel_values=pix, use_cache=use_cache)
+        seq = ids
+        for _ in range(max_new_tokens):
+            logits = out.logits[:, -1].float()
+            logits[:, image_token] = float("-inf")     # never emit the image placeholder as text
+            tok = logits.argmax(-1, keepdim=True)
+            if eos is not None and int(tok) == eos:
+                break
+            new.append(int(tok))
+            seq = torch.cat([seq, tok], 1)
+            if len(new) == max_new_tokens:
+                break
+            if use_cache:
+                out = model(input_ids=tok, use_cache=True, **{cache_arg: getattr(out, cache_arg)})
+            else:
+                out = model(input_ids=seq, pixel_values=pix, use_cache=False)
+    tok = proc.tokenizer
+    ends = [len(tok.decode(new[:i + 1], skip_special_tokens=True)) for i in range(len(new))]
+    return LlavaCaption(input_ids=seq.cpu(), pixel_values=pix.cpu(), prompt_len=ids.shape[1], image_block=block,
+                        text=tok.decode(new, skip_special_tokens=True), token_ends=ends)
+
+
+@dataclass
+class LlavaObjectTokens:
+    """The object tokens of LLaVA captions, for :func:`ablation_effects` and :func:`head_scores`.
+
+    ``items`` holds, per kept caption, ``(caption, positions, labels)``: the positions (in the full
+    sequence) of the first token of each object word and those tokens' ids. ``hallucinated`` (one entry per
+    object token, in caption order) marks the words absent from the image; ``mask`` is all True (the flat
+    layout of :class:`ObjectTokens`' ``hallucinated[mask]``); ``caption_index`` says which kept caption
+    each token belongs to."""
+
+    items: list
+    hallucinated: np.ndarray
+    caption_index: np.ndarray
+    categories: list
+
+    @property
+    def mask(self) -> np.ndarray:
+        return np.ones_like(self.hallucinated)
+
+    @property
+    def n_hallucinated(self) -> int:
+        return int(self.hallucinated.sum())
+
+    @property
+    def n_real(self) -> int:
+        return int((~self.hallucinated).sum())
+
+
+def llava_object_tokens(captions: list, truths: list, only_hallucinated_captions: bool = True,
+                        categories=None) -> LlavaObjectTokens:
+    r"""Mark the object tokens of LLaVA captions (:class:`LlavaCaption`) against ground-truth COCO categories:
+    every mention of a category (:func:`companion_lib.tinyvlm.coco.object_mentions`) at the generated token
+    that holds its first character; hallucinated when the category is absent from the image. As the paper,
+    only captions with a hallucination (:math:`\mathrm{CHAIR}_s=1`) are kept by default."""
+    from .tinyvlm.coco import object_mentions
+
+    if len(captions) != len(truths):
+        raise ValueError(f"captions and truths must have the same length, got {len(captions)} and {len(truths)}")
+    items, hal, idx, cats = [], [], [], []
+    for cap, truth in zip(captions, truths):
+        truth = set(truth)
+        mentions = object_mentions(cap.text, categories)
+        if not mentions or (only_hallucinated_captions and all(c in truth for c, _, _ in mentions)):
+            continue
+        pos, labels = [], []
+        for cat, start, _ in mentions:
+            i = next(j for j, end in enumerate(cap.token_ends) if end > start)
+            p = cap.prompt_len + i
+            if p in pos:          # two words in one token: count the token once
+                continue
+            pos.append(p)
+            labels.append(int(cap.input_ids[0, p]))
+            hal.append(cat not in truth)
+            idx.append(len(items))
+            cats.append(cat)
+        items.append((cap, np.asarray(pos), torch.tensor(labels)))
+    if not items:
+        raise ValueError("no caption qualifies (none mentions a COCO object with a hallucination)")
+    return LlavaObjectTokens(items=items, hallucinated=np.asarray(hal, dtype=bool), caption_index=np.asarray(idx),
+                             categories=cats)
+
+
+def _llava_resume(model, resid: list, layer: int, rows: torch.Tensor) -> torch.Tensor:
+    """Logits at positions ``rows`` of a LLaVA's forward pass resumed at decoder block ``layer`` from the
+    recorded residual stream (as :func:`_logits_from_block` for the tiny VLM: same positions, rotary
+    embeddings, final norm and head; the book's attention builds the causal mask itself)."""
+    from .tinyvlm.llava import language_model_parts
+
+    h = _run_blocks(model.model.language_model, resid[layer], layer)
+    _, norm, head = language_model_parts(model)
+    return head(norm(h[:, rows]))
+
+
+@torch.no_grad()
+def _llava_ablation_effects(model, data: LlavaObjectTokens, components: list) -> np.ndarray:
+    """:func:`ablation_effects` for a LLaVA: caption by caption, one clean pass, then each component's
+    ablated pass resumed at its layer; the probability of each object token read at the position before it."""
+    dev = module_device(model)
+    dtype = next(model.parameters()).dtype
+    cols = []
+    for cap, pos, labels in data.items:
+        rows = torch.as_tensor(pos - 1, device=dev)
+        lab = labels.to(dev)[None, :, None]
+        with record_residual(model) as resid:
+            logits = model(input_ids=cap.input_ids.to(dev), pixel_values=cap.pixel_values.to(dev, dtype)).logits
+        base = torch.softmax(logits[:, rows].float(), -1).gather(-1, lab)[0, :, 0]
+        eff = torch.empty(len(components), len(pos), device=dev)
+        for i, comp in enumerate(components):
+            with _context(model, comp):
+                p = torch.softmax(_llava_resume(model, resid, int(comp[1]), rows).float(), -1)
+            eff[i] = base - p.gather(-1, lab)[0, :, 0]
+        cols.append(eff.cpu().numpy())
+    return np.concatenate(cols, axis=1)
+
+
+def _positive_int(name: str, value, low: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    return int(value)
+
+
+@dataclass
+class FullScaleResult:
+    """What :func:`full_scale` measured on a real LLaVA and COCO (every CHAIR is
+    :func:`companion_lib.tinyvlm.coco.chair`; folds are disjoint parts of the images or captions)."""
+
+    source: str
+    n_layers: int
+    n_heads: int
+    k: int
+    tau: float
+    alpha: float
+    eval_ids: list
+    captions: dict          # condition -> captions of the evaluation images
+    chair: dict             # condition -> CHAIR over all evaluation images
+    fold_chair: dict        # condition -> [CHAIR of each evaluation fold]
+    attr_chair: dict
+    scores: np.ndarray
+    fold_scores: list
+    mediation: dict
+    fold_mediation: list
+    hal_heads: list
+    nonhal_heads: list
+    random_sets: list
+    n_hal_tokens: int
+    n_real_tokens: int
+
+    def claim_values(self) -> dict:
+        """Per-fold statistics of the page's full-scale claims: ``key -> (values, competitor or None)``."""
+        fc = self.fold_chair
+        n = len(fc["greedy"])
+        rand = [c for c in fc if c.startswith("adhh_random")]
+        rw_rand = [c for c in fc if c.startswith("reweight_random")]
+
+        def red(cond, metric, f):
+            return relative_reduction(fc["greedy"][f][metric], fc[cond][f][metric])
+
+        def mean_red(conds, metric, f):
+            return float(np.mean([red(c, metric, f) for c in conds]))
+
+        def top_share(S):
+            pos = np.clip(S, 0, None).ravel()
+            return float(np.sort(pos)[::-1][:self.k].sum() / pos.sum()) if pos.sum() > 0 else 0.0
+
+        upper = [sum(l >= self.n_layers // 2 for l, _ in top_heads(S, self.k)) / self.k for S in self.fold_scores]
+        return {
+            "head_effect": ([float(S.max()) for S in self.fold_scores], None),
+            "few_heads": ([top_share(S) for S in self.fold_scores], None),
+            "location": (upper, None),
+            "mha_mlp": ([float(m["mha_hal"].max()) for m in self.fold_mediation],
+                        [2 * float(m["mlp_hal"].max()) for m in self.fold_mediation]),
+            "reweight": ([red("reweight", "chair_i", f) for f in range(n)], None),
+            "reweight_random": ([abs(mean_red(rw_rand, "chair_i", f)) for f in range(n)], None),
+            "reweight_recall": ([fc["greedy"][f]["recall"] - fc["reweight"][f]["recall"] for f in range(n)], None),
+            "adhh": ([red("adhh", "chair_s", f) for f in range(n)], None),
+            "adhh_vs_random": ([red("adhh", "chair_s", f) for f in range(n)],
+                               [mean_red(rand, "chair_s", f) for f in range(n)]),
+            "adhh_recall": ([fc["greedy"][f]["recall"] - fc["adhh"][f]["recall"] for f in range(n)], None),
+        }
+
+
+def full_scale(model, data, *, n_eval: int = 500, n_attr: int = 100, k: int = 20, n_random: int = 1,
+               tau: float = 0.4, alpha: float = 0.0, n_folds: int = 5, max_new_tokens: int = 128,
+               prompt: str = PAPER_PROMPT, split: str = "val2014", attr_split: str | None = None, seed: int = 42,
+               device=None, dtype: str | None = None, free_bytes: int | None = None,
+               progress=None) -> FullScaleResult:
+    r"""The paper's measurements on a real LLaVA (``"llava-hf/llava-1.5-7b-hf"`` or a saved folder) and COCO.
+
+    Checked first, before any weights are read: the parameters; COCO's layout and format under ``data``
+    (:func:`companion_lib.tinyvlm.coco.load_coco_folder`) and every sampled image file; the checkpoint's class and that it fits the device
+    (:func:`companion_lib.tinyvlm.load_llava`, ``free_bytes`` overriding the free memory for tests). Then:
+
+    1. greedy captions (``prompt``, ``max_new_tokens``) of ``n_eval`` random images of ``split`` (the paper:
+       500 val2014 images) and their CHAIR;
+    2. attribution: greedy captions of ``n_attr`` other images (of ``attr_split``, the paper's train2014, when
+       given; else disjoint images of ``split``), the object tokens of those with a hallucination, every
+       head's zero-ablation effect :math:`\Delta_{(l,h)}(t)` on them and the contrastive score :math:`S(l,h)`
+       (:func:`head_scores`), and the module mediation of each layer's MHA and MLP (:func:`module_mediation`);
+    3. the top-``k`` heads, ``n_random`` sets of ``k`` random other heads, and on the evaluation images:
+       AD-HH with threshold ``tau`` (:func:`companion_lib.tinyvlm.adaptive_deactivation`) and the Fig. 6a
+       text re-weighting with ``alpha`` (:func:`companion_lib.tinyvlm.reweight_text`), each on the top-k and on
+       each random set; "text" is every token after the image block.
+
+    The evaluation images and the hallucinated attribution captions are split into ``n_folds`` disjoint folds,
+    the replicates of the page's claims (:meth:`FullScaleResult.claim_values`). ``progress`` (a callable
+    taking a string) receives a line per stage. TF-HH is not part of it (a full fine-tuning run).
+    """
+    from PIL import Image
+
+    from .tinyvlm import hooks
+    from .tinyvlm.coco import chair as coco_chair
+    from .tinyvlm.coco import load_coco_folder
+    from .tinyvlm.llava import load_llava
+
+    n_eval, n_attr = _positive_int("n_eval", n_eval), _positive_int("n_attr", n_attr)
+    k, n_random = _positive_int("k", k), _positive_int("n_random", n_random)
+    n_folds = _positive_int("n_folds", n_folds, 2)
+    max_new_tokens = _positive_int("max_new_tokens", max_new_tokens)
+    if n_eval < n_folds:
+        raise ValueError(f"n_eval ({n_eval}) must be at least n_folds ({n_folds})")
+    if not 0 < float(tau) <= 1:
+        raise ValueError(f"tau must lie in (0, 1] (tau = 0 is the alpha = 0 re-weighting), got {tau!r}")
+    if not 0 <= float(alpha) < 1:
+        raise ValueError(f"alpha must lie in [0, 1) (1 is no edit), got {alpha!r}")
+    if not isinstance(prompt, str) or prompt.count("<image>") != 1:
+        raise ValueError(f"prompt must hold the placeholder '<image>' once, got {prompt!r}")
+    say = progress if callable(progress) else (lambda line: None)
+
+    # the data, every image file included, before the model
+    objects, image_dir = load_coco_folder(data, split)
+    rng = np.random.default_rng(seed)
+    ids = [int(i) for i in rng.permutation(sorted(objects))]
+    if attr_split is None:
+        if len(ids) < n_eval + n_attr:
+            raise ValueError(f"{split} has {len(ids)} images, fewer than n_eval + n_attr = {n_eval + n_attr}")
+        attr_objects, attr_dir, attr_ids = objects, image_dir, ids[n_eval:n_eval + n_attr]
+    else:
+        attr_objects, attr_dir = load_coco_folder(data, attr_split)
+        pool = [int(i) for i in rng.permutation(sorted(attr_objects))]
+        if len(pool) < n_attr:
+            raise ValueError(f"{attr_split} has {len(pool)} images, fewer than n_attr = {n_attr}")
+        attr_ids = pool[:n_attr]
+    if len(ids) < n_eval:
+        raise ValueError(f"{split} has {len(ids)} images, fewer than n_eval = {n_eval}")
+    eval_ids = ids[:n_eval]
+    for objs, folder, chosen in ((objects, image_dir, eval_ids), (attr_objects, attr_dir, attr_ids)):
+        missing = [objs.file_names[i] for i in chosen if not (folder / objs.file_names[i]).is_file()]
+        if missing:
+            raise FileNotFoundError(f"{len(missing)} sampled images are missing from {folder}, e.g. {missing[0]}")
+
+    # the model: class and memory checked before its weights are read
+    loaded = load_llava(model, device=device, dtype=dtype, free_bytes=free_bytes)
+    vlm = loaded.model
+    L, H = _model_shape(vlm)
+    if k > L * H // 2:
+        raise ValueError(f"k ({k}) must leave room for random heads: at most {L * H // 2} of {L * H} heads")
+
+    def images(objs, folder, chosen):
+        for i in chosen:
+            with Image.open(folder / objs.file_names[i]) as im:
+                yield im.convert("RGB")
+
+    def caption_all(objs, folder, chosen, edit=None):
+        return [llava_greedy_caption(loaded, im, prompt, max_new_tokens, edit)
+                for im in images(objs, folder, chosen)]
+
+    folds = [list(range(f, n_eval, n_folds)) for f in range(n_folds)]
+    truth = [objects[i] for i in eval_ids]
+    captions, chairs, fold_chair = {}, {}, {}
+
+    def evaluate(name, edit=None):
+        say(f"captioning {n_eval} images: {name}")
+        caps = [c.text for c in caption_all(objects, image_dir, eval_ids, edit)]
+        captions[name] = caps
+        chairs[name] = coco_chair(caps, truth, objects.categories)
+        fold_chair[name] = [coco_chair([caps[i] for i in fo], [truth[i] for i in fo], objects.categories)
+                            for fo in folds]
+
+    evaluate("greedy")
+    say(f"captioning {n_attr} attribution images")
+    attr_caps = caption_all(attr_objects, attr_dir, attr_ids)
+    attr_truth = [attr_objects[i] for i in attr_ids]
+    attr_chair = coco_chair([c.text for c in attr_caps], attr_truth, attr_objects.categories)
+    data_tokens = llava_object_tokens(attr_caps, attr_truth, categories=attr_objects.categories)
+    if data_tokens.n_hallucinated == 0 or data_tokens.n_real == 0:
+        raise ValueError("the attribution captions need both hallucinated and real object tokens: raise n_attr")
+    n_kept = len(data_tokens.items)
+    say(f"ablating {L * H} heads and {2 * L} modules on {n_kept} hallucinated captions")
+    comps = head_components(vlm) + module_components(vlm)
+    eff = ablation_effects(vlm, data_tokens, comps)
+    hal_tok = data_tokens.hallucinated
+
+    def scores_of(cols):
+        e, hmask = eff[:, cols], hal_tok[cols]
+        if not hmask.any() or hmask.all():
+            raise ValueError("an attribution fold lacks hallucinated or real object tokens: raise n_attr or "
+                             "lower n_folds")
+        s = e[:, hmask].mean(1) - e[:, ~hmask].mean(1)
+        S = s[:L * H].reshape(L, H)
+        mod = e[L * H:]
+        med = {f"{kind}_{part}": mod[[i for i, c in enumerate(comps[L * H:]) if c[0] == kind]][:, sel].mean(1)
+               for kind in ("mha", "mlp") for part, sel in (("hal", hmask), ("real", ~hmask))}
+        return S, med
+
+    all_cols = np.arange(hal_tok.size)
+    S, mediation = scores_of(all_cols)
+    fold_of = data_tokens.caption_index % n_folds
+    fold_res = [scores_of(all_cols[fold_of == f]) for f in range(n_folds)]
+    hal = top_heads(S, k)
+    non = top_heads(S, k, largest=False)
+    rr = np.random.default_rng([seed, 162])
+    random_sets = [random_heads(rr, k, L, H, exclude=hal) for _ in range(n_random)]
+
+    def adhh(heads):
+        return lambda block: hooks.adaptive_deactivation(vlm, heads, tau, text_start=block.stop)
+
+    def reweight(heads):
+        return lambda block: hooks.reweight_text(vlm, heads, alpha, text_start=block.stop)
+
+    evaluate("adhh", adhh(hal))
+    evaluate("reweight", reweight(hal))
+    for j, r in enumerate(random_sets):
+        evaluate(f"adhh_random_{j}", adhh(r))
+        evaluate(f"reweight_random_{j}", reweight(r))
+    return FullScaleResult(source=loaded.source, n_layers=L, n_heads=H, k=k, tau=float(tau), alpha=float(alpha),
+                           eval_ids=eval_ids, captions=captions, chair=chairs, fold_chair=fold_chair,
+                           attr_chair=attr_chair, scores=S, fold_scores=[f[0] for f in fold_res],
+                           mediation=mediation, fold_mediation=[f[1] for f in fold_res], hal_heads=hal,
+                           nonhal_heads=non, random_sets=random_sets, n_hal_tokens=data_tokens.n_hallucinated,
+                           n_real_tokens=data_tokens.n_real)

@@ -287,3 +287,197 @@ def test_inputs_follow_the_model_to_its_device(data):
             assert hit.value.args[0].type == "meta", name
     finally:
         handle.remove()
+
+
+# ---- at full scale (issue 39): a real LlavaForConditionalGeneration (tiny, random) and COCO's real format ----
+
+LLAVA_WORDS = ["USER:", "ASSISTANT:", "Please", "describe", "this", "image", "in", "detail.", "a", "dog", "cat",
+               "man", "table", "and"]
+COCO_CATS = [{"supercategory": "person", "id": 1, "name": "person"},
+             {"supercategory": "animal", "id": 17, "name": "cat"},
+             {"supercategory": "animal", "id": 18, "name": "dog"},
+             {"supercategory": "furniture", "id": 67, "name": "dining table"}]
+
+
+def write_coco_folder(root, n_images: int = 12, seed: int = 0):
+    """COCO's layout with a small instances/captions pair in the real format and tiny JPEG images."""
+    import json
+
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    (root / "annotations").mkdir(parents=True)
+    (root / "val2014").mkdir()
+    images, anns, caps = [], [], []
+    for i in range(n_images):
+        name = f"COCO_val2014_{i:012d}.jpg"
+        Image.fromarray(rng.integers(0, 255, (12, 12, 3), dtype=np.uint8)).save(root / "val2014" / name)
+        images.append({"id": i, "file_name": name, "height": 12, "width": 12})
+        for c in COCO_CATS:
+            if rng.random() < 0.5:
+                anns.append({"id": len(anns), "image_id": i, "category_id": c["id"], "bbox": [0, 0, 1, 1],
+                             "area": 1.0, "iscrowd": 0})
+        caps.append({"id": i, "image_id": i, "caption": "A photo."})
+    (root / "annotations" / "instances_val2014.json").write_text(
+        json.dumps({"images": images, "annotations": anns, "categories": COCO_CATS}))
+    (root / "annotations" / "captions_val2014.json").write_text(json.dumps({"images": images, "annotations": caps}))
+    return root
+
+
+@pytest.fixture
+def llava(tiny_llava):
+    return tv.load_llava(tiny_llava(LLAVA_WORDS), device="cpu")
+
+
+def _image(seed=0):
+    from PIL import Image
+
+    return Image.fromarray(np.random.default_rng(seed).integers(0, 255, (12, 12, 3), dtype=np.uint8))
+
+
+def test_llava_greedy_caption_with_cache_equals_uncached_under_adhh(llava):
+    for edit in (None, lambda b: tv.adaptive_deactivation(llava.model, [(0, 0), (1, 1)], 0.0, text_start=b.stop),
+                 lambda b: tv.reweight_text(llava.model, [(1, 0)], 0.0, text_start=b.stop)):
+        cached = hh.llava_greedy_caption(llava, _image(), max_new_tokens=10, edit=edit)
+        full = hh.llava_greedy_caption(llava, _image(), max_new_tokens=10, edit=edit, use_cache=False)
+        assert torch.equal(cached.input_ids, full.input_ids) and cached.text == full.text
+    assert cached.image_block == slice(1, 5) and cached.input_ids.shape[1] == cached.prompt_len + 10
+    assert cached.token_ends == sorted(cached.token_ends) and cached.token_ends[-1] == len(cached.text)
+    assert tv.image_token_positions(llava.model, cached.input_ids).shape == (1, 4)   # no image token emitted
+    plain = hh.llava_greedy_caption(llava, _image(), max_new_tokens=10)
+    assert not torch.equal(plain.input_ids, hh.llava_greedy_caption(  # AD-HH at tau = 0 changes the caption
+        llava, _image(), max_new_tokens=10,
+        edit=lambda b: tv.adaptive_deactivation(llava.model, [(0, 0), (0, 1), (1, 0), (1, 1)], 0.0,
+                                                text_start=b.stop)).input_ids)
+    for layer in tv.language_model_parts(llava.model)[0]:
+        assert not hasattr(layer.self_attn, "_tinyvlm_edits") and not layer.self_attn.o_proj._forward_pre_hooks
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        hh.llava_greedy_caption(llava, _image(), max_new_tokens=0)
+
+
+def test_llava_object_tokens_point_at_the_object_words(llava):
+    caps = [hh.llava_greedy_caption(llava, _image(s), max_new_tokens=12) for s in range(4)]
+    tok = llava.processor.tokenizer
+    data = hh.llava_object_tokens(caps, [{"dog"}, {"cat"}, set(), {"person"}], only_hallucinated_captions=False)
+    assert data.hallucinated.size == sum(len(p) for _, p, _ in data.items) == len(data.categories) > 0
+    names = {"dog": "dog", "cat": "cat", "person": "man", "dining table": "table"}
+    for (cap, pos, labels), i in zip(data.items, range(len(data.items))):
+        for p, lab, cat in zip(pos, labels, [c for c, j in zip(data.categories, data.caption_index) if j == i]):
+            assert int(cap.input_ids[0, p]) == int(lab) and tok.decode([int(lab)]) == names[cat]
+    with pytest.raises(ValueError, match="same length"):
+        hh.llava_object_tokens(caps, [])
+
+
+def test_llava_ablation_resumes_exactly_as_full_ablated_passes(llava):
+    caps = [hh.llava_greedy_caption(llava, _image(s), max_new_tokens=12) for s in range(4)]
+    data = hh.llava_object_tokens(caps, [{"dog"}, {"cat"}, set(), {"person"}], only_hallucinated_captions=False)
+    comps = hh.head_components(llava.model) + hh.module_components(llava.model)
+    assert len(comps) == 2 * 2 + 2 * 2
+    eff = hh.ablation_effects(llava.model, data, comps)
+    assert eff.shape == (len(comps), data.hallucinated.size)
+    cap, pos, labels = data.items[0]
+    rows = torch.arange(len(pos))
+
+    def probs():
+        logits = llava.model(input_ids=cap.input_ids, pixel_values=cap.pixel_values).logits
+        return torch.softmax(logits[0, pos - 1].float(), -1)[rows, labels]
+
+    with torch.no_grad():
+        clean = probs()
+        for i, comp in enumerate(comps):
+            with hh._context(llava.model, comp):
+                ablated = probs()
+            assert np.allclose(eff[i, :len(pos)], (clean - ablated).numpy(), atol=1e-6)
+    assert not any(layer._forward_hooks or layer.self_attn.o_proj._forward_pre_hooks
+                   for layer in tv.language_model_parts(llava.model)[0])
+    if data.n_hallucinated and data.n_real:
+        assert hh.head_scores(llava.model, data).shape == (2, 2)
+        assert hh.module_mediation(llava.model, data)["mha_hal"].shape == (2,)
+
+
+def test_full_scale_on_a_tiny_llava_and_coco(tiny_llava, tmp_path):
+    folder = tiny_llava(LLAVA_WORDS)
+    coco = write_coco_folder(tmp_path / "coco")
+    lines = []
+    r = hh.full_scale(folder, coco, n_eval=4, n_attr=6, k=1, n_folds=2, max_new_tokens=8, device="cpu",
+                      progress=lines.append)
+    assert set(r.captions) == {"greedy", "adhh", "reweight", "adhh_random_0", "reweight_random_0"}
+    assert all(len(c) == 4 for c in r.captions.values()) and len(r.eval_ids) == 4
+    assert r.scores.shape == (2, 2) and len(r.fold_scores) == 2 and r.hal_heads == hh.top_heads(r.scores, 1)
+    assert r.hal_heads[0] not in r.random_sets[0]
+    g = r.chair["greedy"]
+    assert g == tv.coco_chair(r.captions["greedy"], [tv.load_coco_objects(
+        coco / "annotations/instances_val2014.json", coco / "annotations/captions_val2014.json")[i]
+        for i in r.eval_ids])
+    values = r.claim_values()
+    assert set(values) == {"head_effect", "few_heads", "location", "mha_mlp", "reweight", "reweight_random",
+                           "reweight_recall", "adhh", "adhh_vs_random", "adhh_recall"}
+    assert all(len(v) == 2 and (b is None or len(b) == 2) for v, b in values.values())
+    assert lines[0].startswith("captioning") and any("ablating" in line for line in lines)
+
+
+def test_full_scale_refuses_bad_input_before_reading_weights(tiny_llava, tmp_path, monkeypatch):
+    import json
+
+    import transformers
+    from transformers import BertConfig, BertForMaskedLM
+
+    folder = tiny_llava(LLAVA_WORDS)
+    coco = write_coco_folder(tmp_path / "coco")
+    BertForMaskedLM(BertConfig(vocab_size=10, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                               intermediate_size=8)).save_pretrained(tmp_path / "bert")
+
+    def no_weights(*a, **kw):
+        raise AssertionError("weights were read before the input was checked")
+
+    monkeypatch.setattr(transformers.LlavaForConditionalGeneration, "from_pretrained", no_weights)
+    kw = dict(n_eval=4, n_attr=6, k=1, n_folds=2, device="cpu")
+    with pytest.raises(ValueError, match="LlavaForConditionalGeneration"):        # unsupported class
+        hh.full_scale(tmp_path / "bert", coco, **kw)
+    with pytest.raises(ValueError, match="cannot load the config"):              # does not load
+        hh.full_scale(tmp_path / "nothing", coco, **kw)
+    with pytest.raises(ValueError, match="GiB free"):                             # too large for the device
+        hh.full_scale(folder, coco, free_bytes=1000, **kw)
+    with pytest.raises(FileNotFoundError, match="instances_val2014.json"):       # not COCO's layout
+        hh.full_scale(folder, tmp_path, **kw)
+    with pytest.raises(TypeError, match="COCO 2014"):
+        hh.full_scale(folder, None, **kw)
+    inst = coco / "annotations" / "instances_val2014.json"
+    good = inst.read_text()
+    inst.write_text(json.dumps({"images": [], "annotations": []}))               # wrong format
+    with pytest.raises(ValueError, match="'categories'"):
+        hh.full_scale(folder, coco, **kw)
+    inst.write_text(good)
+    (coco / "val2014" / "COCO_val2014_000000000003.jpg").unlink()                # a sampled image is missing
+    with pytest.raises(FileNotFoundError, match="missing"):
+        hh.full_scale(folder, coco, **{**kw, "n_attr": 8})
+    with pytest.raises(ValueError, match="fewer than"):
+        hh.full_scale(folder, coco, n_eval=10, n_attr=10, device="cpu")
+    for bad, match in (({"tau": 0.0}, "tau"), ({"n_folds": 1}, "n_folds"), ({"alpha": 1.0}, "alpha"),
+                       ({"prompt": "describe"}, "<image>")):
+        with pytest.raises(ValueError, match=match):
+            hh.full_scale(folder, coco, **{**kw, **bad})
+
+
+@pytest.mark.slow
+def test_reproduce_page_runs_at_full_scale_on_a_tiny_llava(tiny_llava, run_reproduce, tmp_path):
+    """The reproduce page end to end with model = a tiny LLaVA folder and data = a small COCO folder, the
+    tiny worlds at minimal sizes: the full-scale claims table is produced with its declared rows."""
+    import json
+    import os
+    from pathlib import Path
+
+    md = Path(__file__).resolve().parents[1] / "chapters" / "16-hallucination-heads" / "reproduce.md"
+    params = {"model": str(tiny_llava(LLAVA_WORDS)), "data": str(write_coco_folder(tmp_path / "coco")),
+              "seeds": [0, 1], "n_natural": 40, "n_trigger": 40, "n_attr": 40, "n_random": 1, "tfhh_steps": 5,
+              "tfhh_batch": 4, "n_tfhh": 8, "full_n_eval": 4, "full_n_attr": 6, "full_k": 1, "full_folds": 2,
+              "max_new_tokens": 8}
+    _, table, error = run_reproduce(md, params, "full-scale", checks_off_before="At full scale")
+    assert error is None, error
+    assert table["chapter"] == "16-hallucination-heads-full-scale"
+    rows = {c["key"]: c for c in table["claims"]}
+    assert set(rows) == {"head_effect", "few_heads", "location", "mha_mlp", "reweight", "reweight_random",
+                         "reweight_recall", "adhh", "adhh_vs_random", "adhh_recall", "tfhh", "inherit_drift"}
+    assert rows["tfhh"]["outcome"] == "not run" and rows["adhh"]["n"] == 2
+    written = Path(os.environ["BOOK_CLAIMS_DIR"]) / "16-hallucination-heads-full-scale.json"
+    assert json.loads(written.read_text())["chapter"] == "16-hallucination-heads-full-scale"

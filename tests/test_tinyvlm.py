@@ -537,3 +537,126 @@ def test_load_llava_round_trip_and_refusals(tiny_llava, tmp_path):
         tv.load_llava(folder, device="cpu", dtype="int8")
     with pytest.raises(TypeError, match="hub id"):
         tv.load_llava(3)
+
+
+# ---- COCO annotations in their real format and CHAIR on free-text captions (companion_lib.tinyvlm.coco) ----
+
+def write_coco(folder):
+    """A small instances/captions pair in COCO's real format (the fields CHAIR reads, as in *_val2014.json)."""
+    import json
+
+    cats = [{"supercategory": "person", "id": 1, "name": "person"},
+            {"supercategory": "animal", "id": 18, "name": "dog"},
+            {"supercategory": "furniture", "id": 67, "name": "dining table"},
+            {"supercategory": "food", "id": 58, "name": "hot dog"},
+            {"supercategory": "animal", "id": 22, "name": "elephant"}]
+    images = [{"id": 9, "file_name": "COCO_val2014_000000000009.jpg", "height": 480, "width": 640},
+              {"id": 42, "file_name": "COCO_val2014_000000000042.jpg", "height": 480, "width": 640},
+              {"id": 73, "file_name": "COCO_val2014_000000000073.jpg", "height": 480, "width": 640}]
+    anns = [{"id": 1, "image_id": 9, "category_id": 1, "bbox": [0, 0, 5, 5], "area": 25.0, "iscrowd": 0},
+            {"id": 2, "image_id": 9, "category_id": 1, "bbox": [5, 5, 5, 5], "area": 25.0, "iscrowd": 0},
+            {"id": 3, "image_id": 9, "category_id": 67, "bbox": [0, 0, 9, 9], "area": 81.0, "iscrowd": 0},
+            {"id": 4, "image_id": 42, "category_id": 18, "bbox": [1, 1, 3, 3], "area": 9.0, "iscrowd": 0}]
+    caps = [{"id": 11, "image_id": 9, "caption": "Two men eating at a table."},
+            {"id": 12, "image_id": 42, "caption": "A puppy lying next to a hot dog."},
+            {"id": 13, "image_id": 73, "caption": "A baby elephant walking."}]
+    inst, cap = folder / "instances_val2014.json", folder / "captions_val2014.json"
+    inst.write_text(json.dumps({"info": {}, "images": images, "annotations": anns, "categories": cats}))
+    cap.write_text(json.dumps({"info": {}, "images": images, "annotations": caps}))
+    return inst, cap
+
+
+def test_coco_objects_from_instances_and_captions(tmp_path):
+    inst, cap = write_coco(tmp_path)
+    objs = tv.load_coco_objects(inst)
+    assert dict(objs) == {9: {"person", "dining table"}, 42: {"dog"}, 73: set()}
+    assert objs.categories == ("person", "dog", "elephant", "hot dog", "dining table")   # id order
+    assert objs.image_path("/coco/val2014", 42).name == "COCO_val2014_000000000042.jpg"
+    both = tv.load_coco_objects(inst, cap)            # CHAIR adds what the reference captions mention
+    assert both[42] == {"dog", "hot dog"} and both[73] == {"elephant"} and both[9] == objs[9]
+    assert both.captions[9] == ("Two men eating at a table.",)
+
+
+def test_caption_objects_synonyms_plurals_and_phrases():
+    co = tv.caption_objects
+    assert co("Two men and a woman at a dining table") == ["person", "dining table"]
+    assert co("hot dogs on a plate") == ["hot dog"]                   # a two-word name before "dogs"
+    assert co("a teddy bear next to a bear") == ["teddy bear", "bear"]
+    assert co("a baby elephant and a baby") == ["elephant", "person"]   # "baby" qualifies the animal first
+    assert co("KNIVES, forks; a puppy!") == ["knife", "fork", "dog"]
+    assert co("a blue sky over the sea") == []
+    assert tv.object_mentions("A dog, two Hot Dogs and a dog.") == [("dog", 2, 5), ("hot dog", 11, 19), ("dog", 26, 29)]
+    assert co("a dog", categories=["person"]) == []                    # the vocabulary can be narrowed
+    assert tv.SYNONYMS.keys() == set(tv.COCO_CATEGORIES) and len(tv.COCO_CATEGORIES) == 80
+    with pytest.raises(TypeError, match="string"):
+        co(["a dog"])
+
+
+def test_coco_chair_values_by_hand(tmp_path):
+    inst, _ = write_coco(tmp_path)
+    objs = tv.load_coco_objects(inst)
+    caps = {9: "A man and a dog at a table with a dog.", 42: "A dog.", 73: "An empty room."}
+    r = tv.coco_chair(caps, objs)
+    # mentions: {person, dog, dining table} (dog hallucinated), {dog}, {} -> 1 of 4 mentions, 1 of 3 captions
+    assert r["mentions"] == [["person", "dog", "dining table"], ["dog"], []]
+    assert r["hallucinated"] == [["dog"], [], []] and r["ids"] == [9, 42, 73]
+    assert r["chair_i"] == pytest.approx(25.0) and r["chair_s"] == pytest.approx(100 / 3)
+    assert r["recall"] == pytest.approx(100.0) and (r["n"], r["n_mentions"], r["n_hallucinated"]) == (3, 4, 1)
+    seq = tv.coco_chair(["a cat", "two cats and a person"], [set(), {"cat", "person"}])
+    assert (seq["chair_s"], seq["chair_i"], seq["recall"]) == (50.0, pytest.approx(100 / 3), 100.0)
+    assert tv.coco_chair(["nothing here"], [{"dog"}])["chair_i"] == 0.0   # no mentions: rate 0, recall 0
+    assert tv.chair is W.chair                                         # the world's exact CHAIR is unchanged
+
+
+def test_coco_wrong_format_and_bad_input(tmp_path):
+    import json
+
+    inst, cap = write_coco(tmp_path)
+    with pytest.raises(FileNotFoundError, match="instances_val2014"):
+        tv.load_coco_objects(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("not json")
+    with pytest.raises(ValueError, match="not JSON"):
+        tv.load_coco_objects(bad)
+    bad.write_text(json.dumps([1, 2]))
+    with pytest.raises(ValueError, match="JSON object"):
+        tv.load_coco_objects(bad)
+    bad.write_text(json.dumps({"images": [], "annotations": []}))
+    with pytest.raises(ValueError, match="'categories'"):
+        tv.load_coco_objects(bad)
+    bad.write_text(json.dumps({"images": [{"id": 1}], "annotations": [], "categories": []}))
+    with pytest.raises(ValueError, match="file_name"):
+        tv.load_coco_objects(bad)
+    data = json.loads(inst.read_text())
+    data["annotations"].append({"image_id": 5, "category_id": 1})
+    bad.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="image 5"):
+        tv.load_coco_objects(bad)
+    with pytest.raises(ValueError, match="needs the fields"):     # an instances file given as captions
+        tv.load_coco_objects(inst, inst)
+    with pytest.raises(ValueError, match="same length"):
+        tv.coco_chair(["a dog"], [])
+    with pytest.raises(ValueError, match="not categories"):
+        tv.coco_chair(["a dog"], [{"doggo"}])
+    with pytest.raises(TypeError, match="set of category names"):
+        tv.coco_chair(["a dog"], ["dog"])
+    with pytest.raises(ValueError, match="no ground truth"):
+        tv.coco_chair({1: "a dog"}, {2: {"dog"}})
+    with pytest.raises(ValueError, match="empty"):
+        tv.coco_chair([], [])
+
+
+def test_coco_folder_layout(tmp_path):
+    (tmp_path / "annotations").mkdir()
+    with pytest.raises(FileNotFoundError, match="instances_val2014.json"):
+        tv.load_coco_folder(tmp_path)
+    inst, cap = write_coco(tmp_path / "annotations")
+    with pytest.raises(FileNotFoundError, match="image folder"):
+        tv.load_coco_folder(tmp_path)
+    (tmp_path / "val2014").mkdir()
+    objs, image_dir = tv.load_coco_folder(tmp_path)
+    assert image_dir == tmp_path / "val2014" and objs[73] == {"elephant"}     # captions found beside instances
+    cap.unlink()
+    assert tv.load_coco_folder(tmp_path)[0][73] == set()
+    with pytest.raises(TypeError, match="folder of COCO"):
+        tv.load_coco_folder(None)

@@ -11,12 +11,17 @@ hallucination heads (16) and on the logit lens of image tokens (17).
   deterministic and cached: :func:`trained_world`, :func:`build_model`.
 * :mod:`.llava` -- the same hooks on a real ``LlavaForConditionalGeneration``: the book's attention in its
   language model, image-token positions, the logit lens; :func:`tiny_llava_config` for tests without downloads.
+* :mod:`.coco` -- COCO's object annotations in their real format and CHAIR on free-text captions
+  (:func:`load_coco_objects`, :func:`load_coco_folder`, :func:`coco_chair`; the table-top world's exact CHAIR stays :func:`chair`).
 * :mod:`.checkpoint` -- the worlds of the default seeds, shipped as checkpoints that ``make worlds`` writes
   and the test suite re-trains and compares (bit for bit where the processor rounds as the one that made them;
   elsewhere the recipe stage by stage, :func:`stage_prefixes`, and the behaviour the chapters read);
   :func:`trained_world` loads them.
 """
 
+from .coco import (COCO_CATEGORIES, SYNONYMS, CocoObjects, caption_objects, load_coco_folder, load_coco_objects,
+                   object_mentions)
+from .coco import chair as coco_chair
 from .hooks import (adaptive_deactivation, attention_edit, check_heads, head_mask, module_ablation,
                     record_attention, record_residual, residual_edit, reweight_image, reweight_text)
 from .llava import (SUPPORTED_VLMS, LoadedVLM, image_slice, image_token_positions, language_model_parts,
@@ -37,4 +42,6 @@ __all__ = [
     "residual_edit", "reweight_image", "reweight_text", "sketch_tokens", "STAGES", "stage_prefixes", "train_world",
     "trained_world", "image_slice", "image_token_positions", "language_model_parts", "logit_lens",
     "tiny_llava_config", "use_book_attention", "SUPPORTED_VLMS", "LoadedVLM", "load_llava",
+    "COCO_CATEGORIES", "SYNONYMS", "CocoObjects", "caption_objects", "coco_chair", "load_coco_objects",
+    "object_mentions", "load_coco_folder",
 ]
