@@ -1,6 +1,10 @@
-"""Unit tests of companion_lib.dpo_3d: the (Flex-)DPO loss and its diagnostics, the toy model, the tiny-LM world."""
+"""Unit tests of companion_lib.dpo_3d: the (Flex-)DPO loss and its diagnostics, the toy model, the tiny-LM world,
+and the full-scale path on tiny checkpoints of the real classes (no download)."""
 
+import json
 import math
+import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -9,11 +13,11 @@ import torch.nn.functional as F
 
 from companion_lib.common import module_device
 from companion_lib.dpo_3d import (TOY_SCENARIOS, ToyPolicy, dpo_loss, exact_kl_policy_optimization,
-                                  exact_logprobs, fit_reference, fit_toy_reference, lm_experiment, make_policy,
-                                  make_world,
+                                  exact_logprobs, fit_reference, fit_toy_reference, full_scale, lm_experiment,
+                                  load_preference_pairs, make_policy, make_world,
                                   peaked_distribution, policy_metrics, preference_pairs, prob_space_gradients,
-                                  reference_target, rm_loss, run_toy_dpo, toy_pairs, toy_prompts, train_dpo_lm,
-                                  train_reward_model)
+                                  reference_target, rm_loss, run_toy_dpo, step_activation_bytes, toy_pairs,
+                                  toy_prompts, train_dpo_lm, train_reward_model, training_memory_bytes)
 
 torch.set_num_threads(1)
 
@@ -315,3 +319,231 @@ def test_an_explicit_cpu_device_gives_the_same_numbers(lm_setup):
         assert torch.equal(p, q), name
     # the model is built where asked (on meta, which allocates nothing; no step runs there)
     assert module_device(fit_reference(world, base, seed=0, steps=0, n_embd=16, device="meta")).type == "meta"
+
+
+# ---------------------------------------------------------------------------------------- at full scale
+REAL_ARCHS = ("gpt2", "neox", "olmo", "olmo2", "llama")
+PAIR_WORDS = ("who what is the sky sea blue green red a good bad answer tell me about cats dogs they are nice "
+              "mean").split()
+
+
+def write_pairs(path, n=24, seed=0):
+    """``n`` preference pairs over PAIR_WORDS in the public JSON-lines format (with a blank line)."""
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(n):
+        lines.append(json.dumps({"prompt": " ".join(rng.choices(PAIR_WORDS[:8], k=3)),
+                                 "chosen": " ".join(rng.choices(PAIR_WORDS, k=4)),
+                                 "rejected": " ".join(rng.choices(PAIR_WORDS, k=5))}))
+    lines.insert(3, "")
+    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return Path(path)
+
+
+SMALL = dict(n_train=8, n_monitor=4, n_heldout=4, steps=6, batch_size=4, eval_every=3, device="cpu")
+
+
+def test_load_preference_pairs_reads_the_public_formats(tmp_path):
+    import gzip
+
+    path = write_pairs(tmp_path / "pairs.jsonl", n=5)
+    pairs = load_preference_pairs(path)
+    first = json.loads(path.read_text().splitlines()[0])
+    assert len(pairs) == 5 and pairs[0].prompt == first["prompt"] and pairs[0].rejected == first["rejected"]
+    assert len(load_preference_pairs(str(path), limit=2)) == 2
+    # UltraFeedback-binarized: message lists, the last assistant reply is the response
+    uf = {"prompt": "tell me", "chosen": [{"role": "user", "content": "tell me"},
+                                          {"role": "assistant", "content": "cats are nice"}],
+          "rejected": [{"role": "user", "content": "tell me"}, {"role": "assistant", "content": "dogs"}]}
+    # Anthropic HH-RLHF (gzipped, as the hub stores it): two transcripts sharing all but the last reply
+    hh = {"chosen": "\n\nHuman: sky?\n\nAssistant: blue\n\nHuman: sea?\n\nAssistant: green",
+          "rejected": "\n\nHuman: sky?\n\nAssistant: blue\n\nHuman: sea?\n\nAssistant: red"}
+    (tmp_path / "uf.jsonl").write_text(json.dumps(uf) + "\n", encoding="utf-8")
+    with gzip.open(tmp_path / "hh.jsonl.gz", "wt", encoding="utf-8") as f:
+        f.write(json.dumps(hh) + "\n")
+    (u,) = load_preference_pairs(tmp_path / "uf.jsonl")
+    assert (u.prompt, u.chosen, u.rejected) == ("tell me", "cats are nice", "dogs")
+    (h,) = load_preference_pairs(tmp_path / "hh.jsonl.gz")
+    assert h.prompt == "\n\nHuman: sky?\n\nAssistant: blue\n\nHuman: sea?\n\nAssistant:"
+    assert (h.chosen, h.rejected) == (" green", " red")
+    assert h.prompt + h.chosen == hh["chosen"] and h.prompt + h.rejected == hh["rejected"]
+
+
+@pytest.mark.parametrize("line, problem", [
+    ("not json", "is not JSON"),
+    ('["a", "b"]', "not an object"),
+    ('{"prompt": "a", "chosen": "b"}', "lacks the field(s) rejected"),
+    ('{"prompt": "a", "chosen": [{"role": "user", "content": "b"}], "rejected": "c"}', "without an assistant message"),
+    ('{"prompt": "a", "chosen": 3, "rejected": "c"}', "'chosen' is a int, not a string"),
+    ('{"chosen": "Human: hi Assistant: yo", "rejected": "Human: hi Assistant: no"}', "no '\\n\\nAssistant:' turn"),
+    ('{"chosen": "\\n\\nHuman: hi\\n\\nAssistant: yo", "rejected": "\\n\\nHuman: ho\\n\\nAssistant: no"}',
+     "share no prompt"),
+    ('{"prompt": "a", "chosen": " ", "rejected": "c"}', "'chosen' is empty"),
+    ('{"prompt": "a", "chosen": "b", "rejected": "b"}', "identical"),
+])
+def test_load_preference_pairs_names_a_wrong_format(tmp_path, line, problem):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"prompt": "x", "chosen": "y", "rejected": "z"}\n' + line + "\n", encoding="utf-8")
+    with pytest.raises(ValueError) as err:
+        load_preference_pairs(path)
+    assert problem in str(err.value) and "line 2" in str(err.value)
+    if problem != "identical":     # the accepted formats are named
+        assert '"prompt", "chosen" and "rejected"' in str(err.value) and "HH-RLHF" in str(err.value)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="holds no preference pair"):
+        load_preference_pairs(empty)
+    with pytest.raises(ValueError, match="no data file"):
+        load_preference_pairs(tmp_path / "missing.jsonl")
+    with pytest.raises(TypeError, match="path"):
+        load_preference_pairs(3)
+
+
+def test_memory_estimates_count_weights_optimiser_and_activations(tiny_real_lm):
+    from transformers import AutoConfig
+
+    from companion_lib.tinylm import parameter_bytes
+
+    config = AutoConfig.from_pretrained(tiny_real_lm("llama", PAIR_WORDS))
+    acts = step_activation_bytes(2, 16, 32, config.vocab_size, 4, 10)
+    assert acts == 4 * (2 * 4 * 10) * (2 * (6 * 16 + 4 * 32) + 3 * config.vocab_size)
+    w = parameter_bytes(config, torch.float32)
+    assert training_memory_bytes(config, "float32", 4, 10, headroom=1.0) == 4 * w + acts
+    assert training_memory_bytes(config, "float32", 8, 10) > training_memory_bytes(config, "float32", 4, 10)
+    with pytest.raises(ValueError, match="dtype"):
+        training_memory_bytes(config, "int8")
+    with pytest.raises(ValueError, match="batch_size"):
+        step_activation_bytes(2, 16, 32, 10, 0, 10)
+
+
+@pytest.mark.parametrize("arch", REAL_ARCHS)
+def test_full_scale_on_each_real_class(tiny_real_lm, tmp_path, arch):
+    from companion_lib.tinylm import encode_pairs, load_causal_lm, sequence_logprobs
+
+    folder = tiny_real_lm(arch, PAIR_WORDS)
+    data = write_pairs(tmp_path / "pairs.jsonl")
+    out = full_scale(str(folder), data, lr=1e-2, **SMALL)
+    assert out["architecture"] in ("GPT2LMHeadModel", "GPTNeoXForCausalLM", "OlmoForCausalLM",
+                                   "Olmo2ForCausalLM", "LlamaForCausalLM")
+    np.testing.assert_array_equal(out["steps"], [0, 3, 6])
+    dpo, flex = out["runs"]["dpo"], out["runs"]["flex"]
+    for run in (dpo, flex):
+        assert run["logp_chosen"].shape == run["logp_rejected"].shape == (3, 4)
+        assert run["heldout_chosen"].shape == run["heldout_rejected"].shape == (3, 4)
+        assert run["loss"].shape == (6,) and run["loss"][0] == pytest.approx(math.log(2), abs=1e-5)  # policy = ref
+        assert (run["logp_chosen"] < 0).all() and np.isfinite(run["heldout_rejected"]).all()
+    assert flex["beta_rejected"] == 0.04 and dpo["beta_rejected"] == 0.1
+    for key in ("logp_chosen", "logp_rejected", "heldout_chosen"):     # Flex-DPO starts where DPO started
+        np.testing.assert_allclose(flex[key][0], dpo[key][0], rtol=0, atol=1e-5)
+    margin = dpo["logp_chosen"] - dpo["logp_rejected"]                  # DPO widens the training margin
+    assert margin[-1].mean() > margin[0].mean()
+    # step 0 agrees with scoring each pair alone, unpadded, with the checkpoint loaded afresh
+    pairs = load_preference_pairs(data)
+    lm = load_causal_lm(folder, device="cpu")
+    singles = [float(sequence_logprobs(lm.model, **{k: v for k, v in encode_pairs(lm.tokenizer, [p.prompt],
+                                                                                  [p.chosen]).items()}))
+               for p in pairs]
+    for value in dpo["logp_chosen"][0]:
+        assert min(abs(value - s) for s in singles) < 1e-4
+
+
+def test_full_scale_without_flex_and_with_long_pairs_skipped(tiny_real_lm, tmp_path):
+    folder = tiny_real_lm("gpt2", PAIR_WORDS)
+    data = write_pairs(tmp_path / "pairs.jsonl")
+    with open(data, "a", encoding="utf-8") as f:
+        for _ in range(6):
+            f.write(json.dumps({"prompt": " ".join(["sky"] * 30), "chosen": "a", "rejected": "b"}) + "\n")
+    small = {**SMALL, "n_train": 20}                       # 20 + 4 held out: every short pair is needed
+    out = full_scale(folder, data, flex_beta_rejected=None, max_length=10, **small)
+    assert set(out["runs"]) == {"dpo"}
+    # the seeded order is walked until the last short pair: the long ones met before it are skipped
+    order = torch.randperm(30, generator=torch.Generator().manual_seed(0)).tolist()
+    last_short = max(k for k, i in enumerate(order) if i < 24)
+    assert out["n_skipped"] == sum(i >= 24 for i in order[:last_short])
+
+
+class _NoWeights(Exception):
+    pass
+
+
+@pytest.fixture
+def no_weights(monkeypatch):
+    """Fail the test if full_scale reaches the loading of weights."""
+    from companion_lib.dpo_3d import fullscale
+
+    def refuse(*args, **kwargs):
+        raise _NoWeights("the weights were loaded before the error")
+
+    monkeypatch.setattr(fullscale, "load_causal_lm", refuse)
+
+
+def test_full_scale_refuses_bad_input_before_loading_weights(tiny_real_lm, tmp_path, no_weights):
+    import transformers as tf
+
+    data = write_pairs(tmp_path / "pairs.jsonl")
+    folder = tiny_real_lm("llama", PAIR_WORDS)
+    # an unsupported class: the error names it and the supported ones
+    bert = tmp_path / "bert"
+    config = tf.BertConfig(vocab_size=30, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                           intermediate_size=8)
+    config.architectures = ["BertForMaskedLM"]
+    config.save_pretrained(bert)
+    with pytest.raises(ValueError, match="BertForMaskedLM.*GPT2LMHeadModel.*LlamaForCausalLM"):
+        full_scale(bert, data, **SMALL)
+    # a folder that does not load
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ValueError, match="cannot load the config"):
+        full_scale(empty, data, **SMALL)
+    # too large for the device's memory: the error names the need and the choices
+    with pytest.raises(ValueError, match="GiB.*smaller batch_size or max_length, a smaller checkpoint"):
+        full_scale(folder, data, free_bytes=10_000, **SMALL)
+    # data in the wrong format is refused before the model is even looked at
+    bad = tmp_path / "qa.jsonl"
+    bad.write_text(json.dumps({"question": "a", "answer": "b"}) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="lacks the field.*prompt, chosen, rejected.*JSON lines"):
+        full_scale(tmp_path / "no-such-model", bad, **SMALL)
+    # too few pairs, or too few that fit max_length
+    with pytest.raises(ValueError, match="holds 24 pairs"):
+        full_scale(folder, data, **{**SMALL, "n_train": 22})
+    with pytest.raises(ValueError, match="fit max_length=3"):
+        full_scale(folder, data, max_length=3, **SMALL)
+    # arguments
+    with pytest.raises(ValueError, match="n_monitor"):
+        full_scale(folder, data, **{**SMALL, "n_monitor": 1})
+    with pytest.raises(ValueError, match="n_monitor .* must not exceed n_train"):
+        full_scale(folder, data, **{**SMALL, "n_monitor": 9})
+    with pytest.raises(ValueError, match="dtype"):
+        full_scale(folder, data, dtype="int8", **SMALL)
+    with pytest.raises(ValueError, match="flex_beta_rejected"):
+        full_scale(folder, data, flex_beta_rejected=0.0, **SMALL)
+    with pytest.raises(_NoWeights):              # the checks passed: only now would weights load
+        full_scale(folder, data, **SMALL)
+
+
+@pytest.mark.slow
+def test_reproduce_page_runs_at_full_scale_on_a_tiny_llama(tiny_real_lm, tmp_path, run_reproduce):
+    import time
+
+    root = Path(__file__).resolve().parents[1]
+    folder = tiny_real_lm("llama", PAIR_WORDS)
+    data = write_pairs(tmp_path / "pairs.jsonl")
+    # the page's tiny run at small sizes at which its prose checks still hold (two seeds, one model each, half
+    # the epochs), then the full-scale section on a tiny Llama and eight pairs
+    params = dict(seeds=[0, 1], lm_replicates=1, lm_epochs=10, ref_steps=100, rlhf_steps=50,
+                  model=str(folder), data=str(data), fs_train_pairs=8, fs_monitor=4, fs_heldout=4, fs_steps=4,
+                  fs_batch=4, fs_lr=1e-2, fs_max_length=32, fs_eval_every=2)
+    t0 = time.perf_counter()
+    executed, claims, error = run_reproduce(root / "chapters" / "10-dpo-3d" / "reproduce.md", params, "full-scale",
+                                            checks_off_before="At full scale")
+    elapsed = time.perf_counter() - t0
+    assert error is None, error
+    (figure_cell,) = [c for c in executed["cells"] if c["cell_type"] == "code" and "fs_claims.decide" in c["source"]]
+    assert any("image/png" in o.get("data", {}) for o in figure_cell["outputs"])      # the full-scale figure
+    assert claims is not None and claims["chapter"] == "10-dpo-3d-full-scale"
+    assert [c["key"] for c in claims["claims"]] == ["fs_drop", "fs_chosen_flat", "fs_degrade", "fs_dispersion",
+                                                    "fs_flex"]
+    assert all(c["n"] == 4 and c["verdict"] for c in claims["claims"])
+    written = json.loads((tmp_path / "claims" / "10-dpo-3d-full-scale.json").read_text(encoding="utf-8"))
+    assert [c["key"] for c in written["claims"]] == [c["key"] for c in claims["claims"]]
+    print(f"reproduce page at full scale on a tiny Llama: {elapsed:.1f} s")
