@@ -349,3 +349,299 @@ def test_an_explicit_cpu_device_gives_the_same_numbers(world):
     # the LRE functions take CPU prompts for a model elsewhere and answer on the model's device
     s, o, logits = lr.lm_states(meta, lr.fact_prompts(world, 1), 1)
     assert s.device.type == o.device.type == logits.device.type == "meta" and logits.shape == (8, world.vocab_size)
+
+
+# -- issue 39: the full-scale path on tiny real-class checkpoints, and the paper's relation files -------------
+
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+#: two relations in the RELATIONS data set's format (Hernandez et al. 2024), over a word-level vocabulary
+REL_CAPITAL = {"name": "country capital city", "prompt_templates": ["the capital of {} is"],
+               "properties": {"relation_type": "factual"},
+               "samples": [{"subject": f"land {i}" if i == 3 else f"land{i}", "object": f"city{i % 3}"}
+                           for i in range(18)]}
+REL_INSTRUMENT = {"name": "person plays instrument", "prompt_templates": ["{} plays the"],
+                  "samples": [{"subject": f"musician{i}", "object": f"horn{i % 2}"} for i in range(17)]}
+FS_WORDS = (["the", "capital", "of", "is", "plays", "land"] + [f"land{i}" for i in range(18)] + ["3"]
+            + [f"city{i}" for i in range(3)] + [f"musician{i}" for i in range(17)] + ["horn0", "horn1"])
+FS_SIZES = dict(n_shots=2, n_fit=3, n_test=4, ranks=(4, 8), betas=(1.0, 2.0), chunk=5)
+
+
+def write_relations(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for rel in (REL_CAPITAL, REL_INSTRUMENT):
+        (folder / (rel["name"].replace(" ", "_") + ".json")).write_text(json.dumps(rel))
+    return folder
+
+
+def write_counts(path: Path, checkpoints=(None,)) -> Path:
+    lines = []
+    for k, ck in enumerate(checkpoints):
+        for rel in (REL_CAPITAL, REL_INSTRUMENT):
+            for i, s in enumerate(rel["samples"]):
+                row = {"relation": rel["name"], "subject": s["subject"], "object": s["object"],
+                       "count": (10 ** (i % 5)) * (k + 1)}
+                if ck is not None:
+                    row["checkpoint"] = ck
+                lines.append(json.dumps(row))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_load_relations_reads_the_real_format(tmp_path):
+    rels = lr.load_relations(write_relations(tmp_path / "rel"))
+    assert [r.name for r in rels] == ["country capital city", "person plays instrument"]
+    assert rels[0].templates == ("the capital of {} is",) and rels[0].samples[3] == ("land 3", "city0")
+    assert rels[0].properties == {"relation_type": "factual"} and len(rels[1].samples) == 17
+    one = lr.load_relations(tmp_path / "rel" / "person_plays_instrument.json")
+    assert [r.name for r in one] == ["person plays instrument"]
+
+
+@pytest.mark.parametrize("content, problem", [
+    ("{not json", "not JSON"),
+    (json.dumps([1, 2]), "list at the top level"),
+    (json.dumps({"name": "r", "samples": [{"subject": "a", "object": "b"}]}), "missing prompt_templates"),
+    (json.dumps({"name": "r", "prompt_templates": ["no slot"], "samples": [{"subject": "a", "object": "b"}]}),
+     "prompt_templates"),
+    (json.dumps({"name": "r", "prompt_templates": ["{} is"], "samples": [{"subj": "a", "obj": "b"}]}), "samples"),
+])
+def test_load_relations_names_the_problem_and_the_format(tmp_path, content, problem):
+    (tmp_path / "bad.json").write_text(content)
+    with pytest.raises(ValueError, match=problem) as info:
+        lr.load_relations(tmp_path)
+    assert "bad.json" in str(info.value) and '"prompt_templates"' in str(info.value)   # the expected format
+
+
+def test_load_relations_refuses_missing_empty_and_duplicate_data(tmp_path):
+    with pytest.raises(ValueError, match="no relation data"):
+        lr.load_relations(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no .json relation files"):
+        lr.load_relations(tmp_path / "empty")
+    write_relations(tmp_path / "a")
+    (tmp_path / "a" / "copy.json").write_text(json.dumps(REL_CAPITAL))
+    with pytest.raises(ValueError, match="unique"):
+        lr.load_relations(tmp_path / "a")
+    with pytest.raises(TypeError, match="data must be"):
+        lr.load_relations(3)
+
+
+def test_load_counts_reads_json_lines_and_rejects_other_formats(tmp_path):
+    rels = lr.load_relations(write_relations(tmp_path / "rel"))
+    counts = lr.load_counts(write_counts(tmp_path / "c.jsonl", ["step1", "main"]), rels)
+    assert len(counts) == 2 * 35 and list(counts.columns) == ["relation", "subject", "object", "count", "checkpoint"]
+    assert set(counts.checkpoint) == {"step1", "main"} and counts["count"].min() == 1
+    assert lr.load_counts(write_counts(tmp_path / "d.jsonl")).checkpoint.isna().all()
+    bad = tmp_path / "bad.jsonl"
+    for text, match in [("relation,subject,object,count\n", "not JSON"),
+                        (json.dumps({"relation": "r", "subject": "s", "object": "o", "count": -1}), "not a count"),
+                        (json.dumps({"relation": "r", "subject": "s", "count": 3}), "not a count"), ("\n", "no counts")]:
+        bad.write_text(text)
+        with pytest.raises(ValueError, match=match) as info:
+            lr.load_counts(bad)
+        assert "JSON lines" in str(info.value)
+    bad.write_text(json.dumps({"relation": "unknown", "subject": "s", "object": "o", "count": 3}))
+    with pytest.raises(ValueError, match="unknown"):
+        lr.load_counts(bad, rels)
+    with pytest.raises(ValueError, match="no counts file"):
+        lr.load_counts(tmp_path / "none.jsonl")
+
+
+def test_icl_prompt_puts_the_subject_where_the_tokenizer_finds_it():
+    from companion_lib.linear_representations.fullscale import _encode
+    from companion_lib.tinylm import word_tokenizer
+
+    text, end = lr.icl_prompt("the capital of {} is", "land 3", [("land0", "city0"), ("land1", "city1")])
+    assert text == "the capital of land0 is city0\nthe capital of land1 is city1\nthe capital of land 3 is"
+    assert text[:end].endswith("land 3")
+    tok = word_tokenizer(FS_WORDS)
+    ids, pos = _encode(tok, text, end)
+    assert tok.convert_ids_to_tokens(ids[0].tolist())[pos] == "3" and pos == ids.shape[1] - 2
+    assert lr.object_token(tok, "city2") == tok.convert_tokens_to_ids("city2")
+    with pytest.raises(ValueError, match="no token"):
+        lr.object_token(tok, "Paris")
+    with pytest.raises(ValueError, match="template"):
+        lr.icl_prompt("no slot", "x")
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "neox", "olmo", "olmo2", "llama"])
+def test_subject_jacobian_equals_hidden_jacobian_on_every_real_class(tiny_real_lm, arch):
+    """The chunked Jacobian of the full-scale path is tinylm's one-call Jacobian, on each class; hooks go."""
+    from companion_lib.linear_representations.fullscale import _encode
+    from companion_lib.tinylm import hidden_jacobian, layer_adapter, load_causal_lm
+
+    loaded = load_causal_lm(tiny_real_lm(arch, FS_WORDS), device="cpu")
+    model, tok = loaded.model, loaded.tokenizer
+    ids, pos = _encode(tok, *lr.icl_prompt("the capital of {} is", "land 3", [("land0", "city0")]))
+    J, s, o = lr.subject_jacobian(model, ids, 1, pos, chunk=5)
+    ref, s_ref, o_ref = hidden_jacobian(model, ids, 1, 2, src_position=pos, dst_position=-1)
+    assert J.shape == (16, 16) and J.dtype == torch.float32
+    torch.testing.assert_close(J, ref[0], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(s, s_ref[0]) and torch.testing.assert_close(o, o_ref[0])
+    blocks = layer_adapter(model).blocks
+    assert all(not b._forward_hooks and not b._forward_pre_hooks for b in blocks)
+    with pytest.raises(ValueError, match="chunk"):
+        lr.subject_jacobian(model, ids, 1, pos, chunk=0)
+
+
+def test_measure_relation_on_a_tiny_olmo(tiny_real_lm, tmp_path):
+    from companion_lib.tinylm import load_causal_lm
+
+    loaded = load_causal_lm(tiny_real_lm("olmo", FS_WORDS), device="cpu")
+    rel = lr.load_relations(write_relations(tmp_path / "rel"))[0]
+    df = lr.measure_relation(loaded.model, loaded.tokenizer, rel, 1, **FS_SIZES)
+    assert list(df.subject) == ["land5", "land6", "land7", "land8"] and len(df) == 4
+    for col in ("lm_correct", "faith", "hard", "soft"):
+        assert df[col].isin([0.0, 1.0]).all()
+    assert (df.lm_logprob <= 0).all() and (df.faith_prob <= 0).all()
+    assert df.beta.nunique() == 1 and df["rank"].iloc[0] in (4, 8)
+    again = lr.measure_relation(loaded.model, loaded.tokenizer, rel, 1, **FS_SIZES)
+    assert df.equals(again)                                   # no randomness: the file order decides
+    with pytest.raises(ValueError, match="samples"):
+        lr.measure_relation(loaded.model, loaded.tokenizer, rel, 1, n_shots=9, n_fit=8)
+
+
+def _save_revisions(tiny_real_lm, arch, names):
+    """A folder whose sub-folders are checkpoints (a local stand-in for hub revisions)."""
+    import shutil
+
+    root = tiny_real_lm(arch, FS_WORDS).parent / f"{arch}-revisions"
+    for k, name in enumerate(names):
+        shutil.copytree(tiny_real_lm(arch, FS_WORDS, seed=k), root / name)
+    return root
+
+
+def test_full_scale_over_checkpoints_with_counts(tiny_real_lm, tmp_path):
+    root = _save_revisions(tiny_real_lm, "olmo2", ["step1", "main"])
+    data = write_relations(tmp_path / "rel")
+    counts = write_counts(tmp_path / "c.jsonl", ["step1", "main"])
+    out = lr.full_scale(root, data, counts=counts, revisions=["step1", "main"], layer=1, device="cpu", **FS_SIZES)
+    ex, pts = out["examples"], out["points"]
+    assert out["architecture"] == "Olmo2ForCausalLM" and out["layer"] == 1
+    assert len(ex) == 2 * 2 * 4 and list(pts.checkpoint.unique()) == ["step1", "main"] and len(pts) == 4
+    first = ex[(ex.checkpoint == "step1") & (ex.subject == "land5")].cooc.item()
+    assert first == 1 and ex[(ex.checkpoint == "main") & (ex.subject == "land5")].cooc.item() == 2
+    assert (pts.n_test == 4).all()
+    stats = lr.full_scale_statistics(pts, threshold=100)
+    assert set(stats) == {"corr", "threshold", "causality_vs_accuracy", "acc_close"}
+    assert 0 <= stats["acc_close"] <= 1 and (np.isnan(stats["corr"]) or -1 <= stats["corr"] <= 1)
+    # without counts: faithfulness and causality only, every count NaN
+    plain = lr.full_scale(root / "main", data, layer=0, device="cpu", **FS_SIZES)
+    assert plain["examples"].cooc.isna().all() and plain["examples"].checkpoint.eq("final").all()
+
+
+def test_full_scale_statistics_on_known_points():
+    import pandas as pd
+
+    pts = pd.DataFrame({"checkpoint": ["a"] * 3 + ["b"] * 3, "cooc": [0, 9, 99, 999, 9999, 99999],
+                        "hard": [0.0, 0.2, 0.4, 0.95, 1.0, 0.9], "lm_correct": [0.5, 0.5, 0.6, 1.0, 0.8, 0.9]})
+    st = lr.full_scale_statistics(pts, threshold=999)
+    x = np.log10(pts.cooc + 1)
+    assert st["corr"] == pytest.approx(np.corrcoef(x, pts.hard)[0, 1])
+    assert st["causality_vs_accuracy"] == pytest.approx(st["corr"] - np.corrcoef(x, pts.lm_correct)[0, 1])
+    assert st["threshold"] == pytest.approx(0.95) and st["acc_close"] == pytest.approx((0.05 + 0.2 + 0.0) / 3)
+    assert np.isnan(lr.full_scale_statistics(pts.assign(cooc=np.nan), 999)["corr"])
+    with pytest.raises(ValueError, match="columns"):
+        lr.full_scale_statistics(pts.drop(columns="hard"), 999)
+
+
+def test_full_scale_refuses_bad_input_before_any_work(tiny_real_lm, tmp_path, monkeypatch):
+    """Item 4: an unsupported class, a folder that does not load, a model too large for the memory, a layer
+    out of range and data in the wrong format stop with an error naming the problem (and the choices) before
+    any weights are read or any relation is measured."""
+    import transformers
+
+    from companion_lib.linear_representations import fullscale
+
+    def no_work(*a, **k):
+        raise AssertionError("work started before the input was checked")
+
+    monkeypatch.setattr(fullscale, "measure_relation", no_work)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_work)
+    data = write_relations(tmp_path / "rel")
+    ok = tiny_real_lm("llama", FS_WORDS)
+    bert = tmp_path / "bert"
+    transformers.BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                            intermediate_size=32, architectures=["BertForMaskedLM"]).save_pretrained(bert)
+    with pytest.raises(ValueError, match="BertForMaskedLM.*OlmoForCausalLM"):
+        lr.full_scale(bert, data, device="cpu")
+    with pytest.raises(ValueError, match="cannot load the config"):
+        lr.full_scale(tmp_path / "no-model", data, device="cpu")
+    with pytest.raises(ValueError, match="GiB free"):
+        lr.full_scale(ok, data, device="cpu", free_bytes=1000, **FS_SIZES)
+    with pytest.raises(ValueError, match=r"layer must be an int in \[0, 1\]"):
+        lr.full_scale(ok, data, layer=2, device="cpu")
+    (tmp_path / "wrong").mkdir()
+    (tmp_path / "wrong" / "r.json").write_text(json.dumps({"relation": "x", "pairs": [["a", "b"]]}))
+    with pytest.raises(ValueError, match="missing name, prompt_templates, samples"):
+        lr.full_scale(ok, tmp_path / "wrong", device="cpu")
+    (tmp_path / "c.csv").write_text("relation,subject,object,count\n")
+    with pytest.raises(ValueError, match="JSON lines"):
+        lr.full_scale(ok, data, counts=tmp_path / "c.csv", device="cpu")
+    with pytest.raises(ValueError, match="n_shots"):
+        lr.full_scale(ok, data, n_shots=9, n_fit=8, device="cpu")
+    with pytest.raises(TypeError, match="revisions"):
+        lr.full_scale(ok, data, revisions="main", device="cpu")
+
+
+@pytest.mark.slow
+def test_reproduce_page_runs_at_full_scale_on_a_tiny_olmo(tiny_real_lm, tmp_path, run_reproduce):
+    """Issue 39, item 3: the reproduce page end to end with model= a tiny OLMo checkpoint folder (two
+    checkpoints as sub-folders), data= relation files and counts= a counts file, at minimal tiny sizes."""
+    import time
+
+    root = _save_revisions(tiny_real_lm, "olmo", ["step1", "main"])
+    data = write_relations(tmp_path / "rel")
+    counts = write_counts(tmp_path / "c.jsonl", ["step1", "main"])
+    md = Path(__file__).resolve().parents[1] / "chapters" / "11-linear-representations" / "reproduce.md"
+    params = dict(steps=200, checkpoints=[150, 200], n_embd=64, n_layer=2, layer=1, regression_steps=[200],
+                  subject_first_steps=200, subject_first_checkpoints=[150, 200], subject_first_layer=0, seeds=[0, 1],
+                  n_pilot=2, model=str(root), data=str(data), counts=str(counts), revisions=["step1", "main"],
+                  full_layer=1, n_test=4)
+    start = time.perf_counter()
+    nb, table, error = run_reproduce(md, params, "full-scale", checks_off_before="At full scale")
+    print(f"reproduce.md at full scale on a tiny OLMo: {time.perf_counter() - start:.1f} s")
+    assert error is None, error
+    assert table is not None and table["chapter"] == "11-linear-representations-full-scale"
+    assert [c["key"] for c in table["claims"]] == ["acc_close", "corr", "threshold", "causality_vs_accuracy"]
+    assert table["claims"][0]["outcome"] != "declared"        # the row that needs no counts is decided
+    written = json.loads((tmp_path / "claims" / "11-linear-representations-full-scale.json").read_text())
+    assert written["claims"] == table["claims"]
+
+
+def test_full_scale_passes_hub_revisions_to_the_loaders(tiny_real_lm, tmp_path, monkeypatch):
+    """A revision that is not a sub-folder of a local checkpoint is a hub revision: it reaches the config check
+    and the loader (companion_lib.tinylm), and each checkpoint's rows carry its name."""
+    import companion_lib.tinylm as tinylm
+
+    folder = tiny_real_lm("gpt2", FS_WORDS)
+    seen = []
+    real_config, real_load = tinylm.causal_lm_config, tinylm.load_causal_lm
+    monkeypatch.setattr(tinylm, "causal_lm_config",
+                        lambda src, revision=None: seen.append(("config", revision)) or real_config(src, revision))
+    monkeypatch.setattr(tinylm, "load_causal_lm",
+                        lambda src, revision=None, **kw: seen.append(("load", revision)) or real_load(src, **kw))
+    out = lr.full_scale(folder, write_relations(tmp_path / "rel"), revisions=["step1000-tokens4B"], layer=1,
+                        device="cpu", **FS_SIZES)
+    assert seen == [("config", "step1000-tokens4B"), ("load", "step1000-tokens4B")]
+    assert out["examples"].checkpoint.eq("step1000-tokens4B").all() and out["architecture"] == "GPT2LMHeadModel"
+
+
+def test_check_full_scale_reads_no_weights(tiny_real_lm, tmp_path, monkeypatch):
+    """The page's early check (before its tiny runs): the plan of a run, from configs and files alone."""
+    import transformers
+
+    def no_weights(*a, **k):
+        raise AssertionError("weights were read")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_weights)
+    folder = tiny_real_lm("neox", FS_WORDS)
+    plan = lr.check_full_scale(folder, write_relations(tmp_path / "rel"), counts=write_counts(tmp_path / "c.jsonl"),
+                               device="cpu")
+    assert (plan.layer, plan.n_layers, plan.hidden_size) == (1, 2, 16)
+    assert plan.checkpoints == [("final", str(folder), None)] and len(plan.relations) == 2 and len(plan.counts) == 35
+    built = transformers.GPTNeoXForCausalLM(transformers.AutoConfig.from_pretrained(folder))
+    assert plan.parameter_bytes == sum(p.numel() for p in built.parameters()) * 4      # float32 on the CPU
+    with pytest.raises(ValueError, match="dtype"):
+        lr.check_full_scale(folder, tmp_path / "rel", device="cpu", dtype="int8")
