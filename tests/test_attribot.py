@@ -374,3 +374,270 @@ def test_every_pass_feeds_the_model_on_its_own_device(tok, prompt):
         for h in hooks:
             h.remove()
     assert seen and set(seen) == {"meta"}, sorted(set(seen))
+
+
+# -- the full-scale path (issue 39): real-format data, tiny real-class checkpoints, bad input -------------------
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+WORDS = ("The the cat sat on mat . A a dog ran in park Paris is capital of France Who What Where where ? "
+         "Pets Park yes no").split()
+
+
+def _squad(tmp_path, n_extra=0):
+    par = {"context": "The cat sat on the mat . A dog ran in the park . Paris is the capital of France .",
+           "qas": [{"id": "q1", "question": "Where the cat sat ?", "answers": [{"text": "the mat", "answer_start": 19}],
+                    "is_impossible": False},
+                   {"id": "q2", "question": "Where a dog ran ?", "answers": [{"text": "the park", "answer_start": 40}],
+                    "is_impossible": False},
+                   {"id": "q3", "question": "What is the cat ?", "answers": [], "is_impossible": True}]}
+    short = {"context": "Paris is the capital of France .",       # one sentence: left out
+             "qas": [{"id": "q4", "question": "What is Paris ?", "answers": [{"text": "capital", "answer_start": 13}]}]}
+    more = [{"context": "A dog sat . The cat ran .", "qas": [{"id": f"x{i}", "question": "Who ran ?",
+                                                               "answers": [{"text": "the cat", "answer_start": 12}]}]}
+            for i in range(n_extra)]
+    path = tmp_path / "dev-v2.0.json"
+    path.write_text(json.dumps({"version": "v2.0", "data": [{"title": "Pets", "paragraphs": [par, short, *more]}]}))
+    return path
+
+
+def _hotpot(tmp_path, n=3):
+    rec = {"_id": "h0", "question": "Who sat on the mat ?", "answer": "the cat", "type": "bridge", "level": "easy",
+           "supporting_facts": [["Pets", 0]],
+           "context": [["Pets", ["The cat sat on the mat .", " A dog ran ."]], ["France", ["Paris is the capital of France ."]],
+                       ["Park", ["A dog ran in the park .", "The cat ran ."]]]}
+    path = tmp_path / "hotpot_dev_distractor_v1.json"
+    path.write_text(json.dumps([{**rec, "_id": f"h{i}"} for i in range(n)]))
+    return path
+
+
+def test_split_sentences():
+    assert ab.split_sentences("The cat sat. A dog ran!  Is it? yes it is.") == ["The cat sat.", "A dog ran!",
+                                                                                 "Is it? yes it is."]
+    assert ab.split_sentences('He said "no." Then he left. 3 dogs ran.') == ['He said "no."', "Then he left.",
+                                                                              "3 dogs ran."]
+    assert ab.split_sentences("  ") == []
+    with pytest.raises(TypeError):
+        ab.split_sentences(None)
+
+
+def test_load_qa_reads_squad2(tmp_path):
+    fmt, ex = ab.load_qa(_squad(tmp_path))
+    assert fmt == "squad2" and [e.id for e in ex] == ["q1", "q2"]     # unanswerable and one-sentence left out
+    assert ex[0].paragraphs == (("Pets", ("The cat sat on the mat .", "A dog ran in the park .",
+                                          "Paris is the capital of France .")),)
+    assert ex[0].answer == "the mat" and ex[0].n_sources == 3
+
+
+def test_load_qa_reads_hotpotqa(tmp_path):
+    fmt, ex = ab.load_qa(_hotpot(tmp_path))
+    assert fmt == "hotpotqa" and len(ex) == 3 and ex[1].id == "h1" and ex[0].answer == "the cat"
+    assert [t for t, _ in ex[0].paragraphs] == ["Pets", "France", "Park"]
+    assert ex[0].paragraphs[0][1] == ("The cat sat on the mat .", "A dog ran .") and ex[0].n_sources == 5
+    sel = ab.select_examples(ex, 2, seed=0)
+    assert len(sel) == 2 and sel == ab.select_examples(ex, 2, seed=0)
+    with pytest.raises(ValueError, match="holds 3 usable"):
+        ab.select_examples(ex, 4)
+
+
+@pytest.mark.parametrize("content, problem", [
+    (None, "no such file"), ("{not json", "not a JSON file"), (json.dumps({"rows": [1, 2]}), "neither"),
+    (json.dumps({"data": [{"title": "t", "paragraphs": [{"context": "A b. C d."}]}]}), "SQuAD 2.0 but"),
+    (json.dumps([{"question": "q", "answer": "a", "context": [["t", "A b. C d."]]}]), "HotpotQA but"),
+    (json.dumps([{"question": "q", "answer": "a", "context": [["t", ["one"]]]}]), "holds no answerable")])
+def test_load_qa_refuses_the_wrong_format(tmp_path, content, problem):
+    path = tmp_path / "data.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ValueError, match=problem) as err:
+        ab.load_qa(path)
+    assert "SQuAD 2.0 JSON" in str(err.value) and "HotpotQA distractor JSON" in str(err.value)
+    with pytest.raises(TypeError):
+        ab.load_qa(3)
+
+
+def test_encode_example_spans_are_the_sentences(tmp_path):
+    tok = word_tokenizer(WORDS)
+    _, ex = ab.load_qa(_hotpot(tmp_path))
+    enc = ab.encode_example(tok, ex[0])
+    words = tok.convert_ids_to_tokens(list(enc.ids))
+    sentences = [s for _, ss in ex[0].paragraphs for s in ss]
+    assert [" ".join(words[a:b]) for a, b in enc.sources] == sentences
+    assert len(enc.groups) == 3 and words[enc.groups[0][0]] == "<unk>"      # the title "Pets:" opens paragraph 1
+    assert enc.ids[0] == tok.bos_token_id and enc.context[0] < enc.sources[0][0] and enc.sources[-1][1] <= enc.context[1]
+    prompt = enc.with_response([5, 6])
+    assert prompt.response_positions == (len(enc.ids), len(enc.ids) + 1) and prompt.n_sources == 5
+    assert [len(m) for m in prompt.group_members()] == [2, 1, 2]
+    with pytest.raises(ValueError, match="empty"):
+        enc.with_response([])
+    # with a chat template the context sits inside the user turn, the generation prompt after it
+    tok.chat_template = ("{% for m in messages %}<bos> {{ m['role'] }} : {{ m['content'] }} ;{% endfor %}"
+                         "{% if add_generation_prompt %} assistant :{% endif %}")
+    chat = ab.encode_example(tok, ex[0])
+    cw = tok.convert_ids_to_tokens(list(chat.ids))
+    assert cw[0] == "<bos>" and [" ".join(cw[a:b]) for a, b in chat.sources] == sentences
+    assert cw[-4:] == ["?", "<unk>", "<unk>", "<unk>"]          # "? ; assistant :" after the question
+    with pytest.raises(TypeError):
+        ab.encode_example(tok, "not an example")
+    tok.chat_template = "{% for m in messages %}<bos> {{ m['role'] }}{% endfor %}"      # drops the message
+    with pytest.raises(ValueError, match="chat template"):
+        ab.encode_example(tok, ex[0])
+
+
+def test_greedy_response_matches_generate(tiny_real_lm):
+    from transformers import AutoModelForCausalLM
+
+    folder = tiny_real_lm("llama", WORDS, hidden=32)
+    tok = word_tokenizer(WORDS)
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    s = ab.Scorer(model, tok)
+    ids = tok("The cat sat on the mat . Where the cat sat ?")["input_ids"]
+    resp = ab.greedy_response(s, ids, 6)
+    ref = model.generate(torch.tensor([ids]), max_new_tokens=6, min_new_tokens=1, do_sample=False,
+                         eos_token_id=tok.bos_token_id, pad_token_id=0)[0, len(ids):].tolist()
+    assert resp == [t for t in ref if t != tok.bos_token_id][:len(resp)] and 1 <= len(resp) <= 6
+    assert s.tokens == len(ids) + len(resp) - (len(resp) == 6)      # the last token is never fed back
+    with pytest.raises(ValueError):
+        ab.greedy_response(s, ids, 0)
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "neox", "olmo", "olmo2", "llama"])
+def test_full_scale_runs_every_method_on_each_class(tiny_real_lm, tmp_path, arch):
+    target = tiny_real_lm(arch, WORDS, hidden=32, seed=0)
+    proxy = tiny_real_lm(arch, WORDS, hidden=16, seed=1)
+    run = ab.full_scale(str(target), str(proxy), _squad(tmp_path), n_examples=2, max_new_tokens=3, keep_sources=2,
+                        n_ablations=4, device="cpu")
+    assert run.data_format == "squad2" and len(run.prompts) == 2 and tuple(run.table.index) == ab.FULL_SCALE_METHODS
+    for p, n in zip(run.prompts, run.generation["tokens"]):
+        assert p.n_sources == 3 and len(p.groups) == 1 and 1 <= n <= 3 and len(p.response_positions) == n
+    exact = run.results["exact LOO"]["attributions"]
+    for name in ("LOO + KV", "hierarchical + KV"):      # one paragraph: hierarchical keeps it, so it is exact LOO
+        for a, b in zip(run.results[name]["attributions"], exact):
+            np.testing.assert_allclose(a.scores, b.scores, atol=1e-4)
+    pruned = run.results["prune(proxy) + target, KV"]["attributions"]
+    assert all(np.isnan(a.scores).sum() == 1 for a in pruned)             # keep_sources = 2 of 3
+    assert run.table.loc["exact LOO", "mAP"] == 1.0 and run.info["architecture"] in str(target.joinpath("config.json").read_text())
+    values = ab.full_scale_values(run)
+    assert set(values) == {"proxy_corr", "kv_wall", "lead_attention", "lead_contextcite", "lead_gradnorm",
+                           "lead_similarity", "speed_vs_contextcite", "speedup_300", "faster_than_generation"}
+    assert all(np.shape(v) == (2,) and (b is None or np.shape(b) == (2,)) for v, b in values.values())
+    with pytest.raises(TypeError):
+        ab.full_scale_values("run")
+
+
+def test_full_scale_on_hotpotqa_uses_paragraphs_and_the_answer(tiny_real_lm, tmp_path):
+    target = tiny_real_lm("llama", WORDS, hidden=32, seed=0)
+    proxy = tiny_real_lm("llama", WORDS, hidden=16, seed=1)
+    run = ab.full_scale(target, proxy, _hotpot(tmp_path), n_examples=2, response="answer", keep_groups=2,
+                        keep_sources=3, n_ablations=4, device="cpu")
+    tok = word_tokenizer(WORDS)
+    assert run.data_format == "hotpotqa" and all(len(p.groups) == 3 and p.n_sources == 5 for p in run.prompts)
+    assert all(tok.decode([p.ids[i] for i in p.response_positions]) == "the cat" for p in run.prompts)
+    hier = run.results["hierarchical + KV"]["attributions"][0]
+    assert np.isnan(hier.scores).sum() >= 1 and hier.info["group_scores"].shape == (3,)   # one paragraph dropped
+
+
+def _refuse(**kw):
+    """The error of full_scale with ``kw``, asserting that no weights were loaded before it."""
+    from companion_lib.attribot import fullscale
+
+    def no_weights(*a, **k):
+        raise AssertionError("weights were loaded before the error")
+
+    orig = fullscale.load_causal_lm
+    fullscale.load_causal_lm = no_weights
+    try:
+        with pytest.raises(ValueError) as err:
+            ab.full_scale(**{"n_examples": 2, "device": "cpu", **kw})
+    finally:
+        fullscale.load_causal_lm = orig
+    return str(err.value)
+
+
+def test_full_scale_refuses_bad_input_before_loading_weights(tiny_real_lm, tmp_path):
+    import transformers as tf
+
+    good = str(tiny_real_lm("llama", WORDS, hidden=16))
+    data = _squad(tmp_path)
+    bert = tmp_path / "bert"
+    cfg = tf.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    cfg.architectures = ["BertForMaskedLM"]
+    cfg.save_pretrained(bert)
+    msg = _refuse(model=str(bert), proxy_model=good, data=data)
+    assert "BertForMaskedLM" in msg and "LlamaForCausalLM" in msg and "GPT2LMHeadModel" in msg
+    msg = _refuse(model=good, proxy_model=str(tmp_path / "nothing"), data=data)
+    assert "cannot load the config" in msg and "nothing" in msg
+    msg = _refuse(model=good, proxy_model=good, data=data, free_bytes=1000)
+    assert "GiB" in msg and "smaller pair" in msg
+    other = str(tiny_real_lm("llama", [w + "x" for w in WORDS], hidden=16))
+    msg = _refuse(model=good, proxy_model=other, data=data)
+    assert "tokenizer different" in msg and "same family" in msg
+    msg = _refuse(model=good, proxy_model=good, data=tmp_path / "dev-v2.0.json.gz")
+    assert "no such file" in msg and "HotpotQA distractor JSON" in msg
+    msg = _refuse(model=good, proxy_model=good, data=data, n_examples=5)
+    assert "holds 2 usable" in msg
+    short = str(tiny_real_lm("llama", WORDS, hidden=16, max_positions=40))
+    msg = _refuse(model=short, proxy_model=short, data=data, max_new_tokens=8)
+    assert "positions" in msg and "take 40" in msg
+    for bad, match in [({"response": "sample"}, "response must be"), ({"proxy_model": None}, "needs proxy_model"),
+                       ({"dtype": "int8"}, "dtype must be")]:
+        assert match in _refuse(**{"model": good, "proxy_model": good, "data": data, **bad})
+
+
+def test_full_scale_names_a_checkpoint_whose_weights_do_not_load(tiny_real_lm, tmp_path):
+    good = tiny_real_lm("llama", WORDS, hidden=16)
+    broken = tiny_real_lm("llama", WORDS, hidden=16)
+    for f in broken.glob("*.safetensors"):
+        f.unlink()
+    with pytest.raises(ValueError, match="cannot load the weights") as err:
+        ab.full_scale(good, broken, _squad(tmp_path), n_examples=2, device="cpu")
+    assert str(broken) in str(err.value)
+
+
+def test_full_scale_tokens_plan():
+    t = ab.full_scale_tokens(10, 1000, 50, 20, 40, 10, 2, 4, 16, 0.25)
+    L = 1070
+    assert t["exact LOO"] == 10 * 41 * L and t["attention"] == 10 * L and t["gradient norm"] == 30 * L
+    assert t["LOO + KV"] < t["exact LOO"] and t["hierarchical + KV"] < t["LOO + KV"]
+    assert t["proxy + KV"] == pytest.approx(0.25 * t["LOO + KV"]) and t["proxy + hier + KV"] == pytest.approx(
+        0.25 * t["hierarchical + KV"])
+    assert t["similarity"] == 0 and set(ab.FULL_SCALE_METHODS) < set(t.index)
+    with pytest.raises(ValueError):
+        ab.full_scale_tokens(10, 1000, -1, 20, 40, 10, 2, 4, 16, 0.25)
+    with pytest.raises(ValueError):
+        ab.full_scale_tokens(0, 1000, 50, 20, 40, 10, 2, 4, 16, 0.25)
+
+
+def test_train_family_default_steps_are_each_members_own():
+    m = ab.FamilyMember("m", 16, 1, 2, 3)
+    a, b = ab.train_family(0, family=(m,))["m"], ab.train_member(m, 0)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    c = ab.train_family(0, family=(m,), steps=2)["m"]
+    assert all(torch.equal(c[k], v) for k, v in ab.train_member(m, 0, steps=2).items())
+    assert not all(torch.equal(a[k], c[k]) for k in a)
+
+
+@pytest.mark.slow
+def test_reproduce_page_runs_at_full_scale_on_a_tiny_llama(tiny_real_lm, tmp_path, run_reproduce):
+    import time
+
+    root = Path(__file__).resolve().parents[1]
+    target = tiny_real_lm("llama", WORDS, hidden=32, seed=0)
+    proxy = tiny_real_lm("llama", WORDS, hidden=16, seed=1)
+    params = {"model": str(target), "proxy_model": str(proxy), "data": str(_hotpot(tmp_path)), "n_examples": 3,
+              "max_new_tokens": 3, "prompts_per_seed": 2, "seeds": [0], "n_pilot": 2, "n_ablations": 4,
+              "keep_sources": 16, "family_steps": 10, "large_embd": 16, "large_layers": 1, "large_paragraphs": 2}
+    t0 = time.perf_counter()
+    _, claims, error = run_reproduce(root / "chapters" / "12-attribot" / "reproduce.md", params, "full-scale",
+                                     checks_off_before="At full scale")
+    print(f"reproduce page at full scale on a tiny llama: {time.perf_counter() - t0:.1f} s")
+    assert error is None, error
+    saved = json.loads((tmp_path / "claims" / "12-attribot-full-scale.json").read_text())
+    keys = ["proxy_corr", "kv_wall", "lead_attention", "lead_contextcite", "lead_gradnorm", "lead_similarity",
+            "speed_vs_contextcite", "speedup_300", "faster_than_generation"]
+    for table in (claims, saved):
+        assert table["chapter"] == "12-attribot-full-scale" and [c["key"] for c in table["claims"]] == keys
+        assert all(c["n"] == 3 and c["expect"] == "reproduced" and c["verdict"] for c in table["claims"])
+    book = json.loads((tmp_path / "claims" / "12-attribot.json").read_text())
+    assert {c["key"]: c["margin"] for c in book["claims"] if c["key"] in keys} == \
+           {c["key"]: c["margin"] for c in saved["claims"]}

@@ -209,14 +209,15 @@ def load_member(member: FamilyMember, state: dict[str, torch.Tensor], n_position
 
 
 def train_family(seed: int, family: tuple[FamilyMember, ...] = FAMILY,
-                 device=None) -> dict[str, dict[str, torch.Tensor]]:
+                 device=None, steps: int | None = None) -> dict[str, dict[str, torch.Tensor]]:
     """State dicts of the whole family, keyed by name (wrap in ``disk_cache`` to share between notebooks).
 
     ``device`` (default :func:`companion_lib.common.device`: the GPU when present, else the CPU) is where the
-    models train (:func:`train_member`); the state dicts come back on the CPU."""
+    models train (:func:`train_member`); the state dicts come back on the CPU. ``steps`` (default: each
+    member's own :attr:`FamilyMember.steps`) trains every member that many steps instead (the tests' short runs)."""
     torch.manual_seed(seed)
     dev = resolve_device(device)
-    return {m.name: train_member(m, seed, device=dev) for m in family}
+    return {m.name: train_member(m, seed, device=dev, steps=steps) for m in family}
 
 
 @torch.no_grad()
