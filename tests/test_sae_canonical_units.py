@@ -296,3 +296,196 @@ def test_the_batched_loop_keeps_every_tensor_on_its_device(kind):
         out = _train_stacked(Xs, gens, 8, 2, kind, 3, batch_size, 1e-3, 4, 0.0, 2, fixed, inits, 0.99, "meta")
         assert all(t.device.type == "meta" for t in out)
         assert [tuple(t.shape) for t in out] == [(2, 6, 8), (2, 8), (2, 8, 6), (2, 6), (2,), (3, 2), (3, 2)]
+
+
+# ----------------------------------------------------------------------------- at full scale (issue 39)
+from companion_lib.sae_canonical_units import fullscale as FS   # noqa: E402
+
+FS_WORDS = "the a cat dog sat on mat ran far away big small red blue house tree sun moon and of".split()
+#: full_scale at minimal sizes (d = 16 tiny checkpoints)
+FS_SMALL = dict(layer=1, widths=(8, 16, 32), k=2, seeds=(0, 1), n_tokens=1200, n_test=400, n_stitch=300, context=16,
+                steps=150, batch_size=256, lr=3e-3, k_aux=16, meta_width=8, meta_k=2, meta_steps=150)
+
+
+def write_texts(path, n=60, words=FS_WORDS, seed=0, fmt="jsonl"):
+    """A small text file in a real format: JSON lines with a "text" field (a datasets dump), or plain text."""
+    import json
+
+    rng = np.random.default_rng(seed)
+    docs = [" ".join(rng.choice(words, 40)) for _ in range(n)]
+    if fmt == "jsonl":
+        path.write_text("".join(json.dumps({"text": t, "meta": {"i": i}}) + "\n" for i, t in enumerate(docs)),
+                        encoding="utf-8")
+    else:
+        path.write_text("\n\n".join(docs) + "\n", encoding="utf-8")
+    return path
+
+
+def test_load_texts_reads_both_formats_and_names_the_problem(tmp_path):
+    j = write_texts(tmp_path / "owt.jsonl", n=5)
+    t = write_texts(tmp_path / "owt.txt", n=5, fmt="txt")
+    assert FS.load_texts(j) == FS.load_texts(t) and len(FS.load_texts(j)) == 5
+    (tmp_path / "blank.jsonl").write_text('{"text": "a b"}\n\n{"text": "  "}\n', encoding="utf-8")
+    assert FS.load_texts(tmp_path / "blank.jsonl") == ["a b"]          # empty lines and documents are skipped
+    cases = {"missing.jsonl": None, "owt.csv": "text\na b\n", "bad.jsonl": '{"text": "a"}\nnot json\n',
+             "nofield.jsonl": '{"content": "a"}\n', "list.json": '["a", "b"]\n', "num.jsonl": '{"text": 3}\n',
+             "empty.txt": "\n\n  \n"}
+    messages = {"missing.jsonl": "does not exist", "owt.csv": "suffix '.csv'", "bad.jsonl": "line 2 of .* is not JSON",
+                "nofield.jsonl": 'line 1 of .* has no string "text"', "list.json": "line 1 of .* is a JSON list, not an object",
+                "num.jsonl": 'line 1 of .* has no string "text"', "empty.txt": "holds no text"}
+    for name, content in cases.items():
+        if content is not None:
+            (tmp_path / name).write_text(content, encoding="utf-8")
+        with pytest.raises(ValueError, match=messages[name]) as err:
+            FS.load_texts(tmp_path / name)
+        assert ".jsonl" in str(err.value) or '"text"' in str(err.value)     # the supported format is named
+    with pytest.raises(TypeError, match="path of a text file"):
+        FS.load_texts(3)
+
+
+@pytest.mark.parametrize("stop", [False, True])
+def test_stitching_path_gram_equals_the_direct_path(world_and_data, stop):
+    """The Gram-matrix path makes the same moves as stitching_path and finds the same MSEs (greedy to the end,
+    stopped, and the naive order)."""
+    world, X, Xt = world_and_data
+    A, _ = S.train_sae(X, 8, 2, steps=200, seed=0)
+    B, _ = S.train_sae(X, 32, 2, steps=200, seed=1)
+    for greedy in (True, False):
+        direct, moves = S.stitching_path(A, B, Xt[:400], greedy=greedy, stop=stop)
+        gram, moves_g = S.stitching_path_gram(A, B, Xt[:400], greedy=greedy, stop=stop)
+        assert moves_g == moves and len(moves) > 5
+        np.testing.assert_allclose(gram, direct, rtol=1e-9, atol=1e-12)
+        if greedy and stop:
+            assert (np.diff(gram) < 0).all()
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "neox", "olmo", "olmo2", "llama"])
+def test_residual_activations_are_the_models_hidden_states(tiny_real_lm, arch):
+    from companion_lib.tinylm import load_causal_lm
+
+    lm = load_causal_lm(tiny_real_lm(arch, FS_WORDS), device="cpu")
+    ids = FS._token_stream(lm.tokenizer, ["the cat sat on the mat", "a big red house and a tree"] * 6)
+    assert ids.count(lm.tokenizer.bos_token_id) == 12            # one separator per document (no eos here)
+    blocks = FS._blocks(ids, 40, context=8)                        # 40 rows: 6 blocks of 7 kept positions
+    assert blocks.shape == (6, 8)
+    def n_hooks():
+        return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in lm.model.modules())
+
+    with torch.no_grad():     # (transformers may add hooks of its own on a first forward pass)
+        hs = lm.model(input_ids=blocks, output_hidden_states=True).hidden_states
+    before = n_hooks()
+    for layer in (0, 2):
+        X = FS.residual_activations(lm.model, blocks, layer, 40, batch_size=4)
+        expect = hs[layer][:, 1:].reshape(-1, 16)[:40]
+        if layer == 2:   # Hugging Face's last hidden state is after the final norm; the hooks' layer L is before it
+            from companion_lib.tinylm import capture_activations
+            with torch.no_grad(), capture_activations(lm.model, 2) as acts:
+                lm.model(input_ids=blocks)
+            expect = acts[2][:, 1:].reshape(-1, 16)[:40]
+        assert X.shape == (40, 16) and X.dtype == np.float32
+        np.testing.assert_allclose(X, expect.numpy(), rtol=1e-5, atol=1e-6)
+        assert n_hooks() == before                                  # every hook removed afterwards
+    with pytest.raises(ValueError, match="the run needs 1000"):
+        FS._blocks(ids, 1000, context=8)
+
+
+def test_sae_memory_bytes_counts_data_indices_parameters_and_a_step():
+    base = FS.sae_memory_bytes(1000, 16, (8, 32), 2, 64, 10, 2)
+    expect = 4 * 2 * 1000 * 16 + 8 * 10 * 2 * 64 + 16 * 2 * (2 * 16 * 32 + 32 + 16) + 24 * 2 * 64 * 48 + 8 * 2 * 64 * 2
+    assert base == expect
+    assert FS.sae_memory_bytes(2000, 16, (8, 32), 2, 64, 10, 2) - base == 4 * 2 * 1000 * 16   # linear in tokens
+    # the paper-scale default plan (GPT-2 small, d = 768, three seeds) fits a Colab T4's 14.7 GiB with the model
+    assert FS.sae_memory_bytes(2**18, 768, (768, 6144), 3, 4096, 2000, 32) / 2**30 < 12
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "neox", "olmo", "olmo2", "llama"])
+def test_full_scale_on_a_tiny_real_checkpoint(tiny_real_lm, tmp_path, arch):
+    folder = tiny_real_lm(arch, FS_WORDS)
+    out = S.full_scale(str(folder), write_texts(tmp_path / "owt.jsonl"), device="cpu", **FS_SMALL)
+    table, sweep, cfg = out["table"], out["sweep"], out["config"]
+    assert list(table.index) == [0, 1] and cfg["small"] == 8 and cfg["large"] == 16 and cfg["widest"] == 32
+    assert len(sweep) == 2 * 4 and set(sweep.kind) == {"batchtopk", "topk"}
+    assert ((sweep.nmse > 0) & (sweep.nmse < 1)).all()             # every SAE reconstructs better than the mean
+    assert (table.l0_topk == 2).all()                              # TopK's L0 is k by construction
+    for st, (_, row) in zip(out["stitch"], table.iterrows()):
+        assert len(st["delta"]) == len(st["maxcos"]) <= 16 and -1 <= row.spearman <= 1
+        assert np.isclose(st["path_full"][0], row.path_start) and row.n_moves == len(st["path_full"]) - 1
+        assert (np.diff(st["path_greedy"]) < 0).all()             # the stopped prefix decreases at every step
+    assert ((table.meta_fve <= 1) & (table.meta_fve_null <= 1)).all()
+    assert (table.meta_rows <= 32).all() and out["scale"] > 0
+    # the states were divided by their root mean squared norm: the training rows have unit mean squared norm
+    assert 0 < table.path_start.max() < 2
+
+
+class _NoWeights(RuntimeError):
+    pass
+
+
+def test_full_scale_refuses_bad_input_before_reading_weights(tiny_real_lm, tmp_path, monkeypatch):
+    import transformers as tf
+
+    import companion_lib.tinylm as tinylm
+
+    def no_weights(*a, **k):
+        raise _NoWeights("weights would load now")
+
+    monkeypatch.setattr(tinylm, "load_causal_lm", no_weights)
+    folder = str(tiny_real_lm("gpt2", FS_WORDS))
+    data = write_texts(tmp_path / "owt.jsonl")
+    bert = tmp_path / "bert"
+    tf.BertForMaskedLM(tf.BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=32)).save_pretrained(bert)
+    with pytest.raises(ValueError, match="BertForMaskedLM checkpoint.*GPT2LMHeadModel, GPTNeoXForCausalLM"):
+        S.full_scale(str(bert), data, **FS_SMALL)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="cannot load the config"):
+        S.full_scale(str(tmp_path / "empty"), data, **FS_SMALL)
+    with pytest.raises(ValueError, match=r"needs about .* GiB .* GiB free: lower n_tokens"):
+        S.full_scale(folder, data, free_bytes=10_000, **FS_SMALL)
+    (tmp_path / "owt.csv").write_text("text\nthe cat\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"suffix '.csv'; supported: .txt"):
+        S.full_scale(folder, tmp_path / "owt.csv", **FS_SMALL)
+    with pytest.raises(ValueError, match=r"layer must be an int in \[0, 2\]"):
+        S.full_scale(folder, data, **{**FS_SMALL, "layer": 8})
+    with pytest.raises(ValueError, match="the run needs 1000400"):
+        S.full_scale(folder, data, **{**FS_SMALL, "n_tokens": 10**6, "steps": 1})
+    with pytest.raises(ValueError, match="at least two seeds"):
+        S.full_scale(folder, data, **{**FS_SMALL, "seeds": (0,)})
+    with pytest.raises(ValueError, match="two different widths"):
+        S.full_scale(folder, data, **{**FS_SMALL, "widths": (8, 8)})
+    with pytest.raises(ValueError, match="k .* must be <= the narrowest width"):
+        S.full_scale(folder, data, **{**FS_SMALL, "k": 9})
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        S.full_scale(folder, data, dtype="int8", **FS_SMALL)
+    with pytest.raises(_NoWeights):                # every check passed: only now would the weights load
+        S.full_scale(folder, data, **FS_SMALL)
+
+
+@pytest.mark.slow
+def test_reproduce_page_runs_at_full_scale_on_a_tiny_gpt2(tiny_real_lm, tmp_path, run_reproduce):
+    import json
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    folder = tiny_real_lm("gpt2", FS_WORDS)
+    data = write_texts(tmp_path / "owt.jsonl")
+    # the synthetic run at minimal sizes (two worlds), then the full-scale section on the tiny checkpoint
+    params = dict(widths=[16, 64], steps=800, n_train=8000, seeds=[0], replicates=2, meta_steps=600,
+                  model=str(folder), data=str(data), layer=1, fs_widths=[8, 16, 32], fs_k=2, fs_seeds=[0, 1],
+                  fs_tokens=1200, fs_test=400, fs_stitch=300, fs_context=16, fs_steps=150, fs_batch=256, fs_lr=3e-3,
+                  fs_k_aux=16, fs_meta_width=8, fs_meta_k=2, fs_meta_steps=150)
+    t0 = time.perf_counter()
+    _, claims, error = run_reproduce(root / "chapters" / "13-sae-canonical-units" / "reproduce.md", params,
+                                     "full-scale", checks_off_before="At full scale")
+    elapsed = time.perf_counter() - t0
+    assert error is None, error
+    assert claims is not None and claims["chapter"] == "13-sae-canonical-units-full-scale"
+    keys = ["fs_bt_nmse", "fs_bt_l0", "fs_maxcos_proxy", "fs_path_monotone", "fs_meta_fve", "fs_meta_maxcos"]
+    decided = [c for c in claims["claims"] if c["outcome"] != "not run"]
+    assert [c["key"] for c in decided] == keys and all(c["n"] == 2 and c["verdict"] for c in decided)
+    assert {c["key"] for c in claims["claims"] if c["outcome"] == "not run"} >= {"fs_atoms_small", "fs_meta_atoms"}
+    written = json.loads((tmp_path / "claims" / "13-sae-canonical-units-full-scale.json").read_text(encoding="utf-8"))
+    assert [c["key"] for c in written["claims"]] == [c["key"] for c in claims["claims"]]
+    assert (tmp_path / "claims" / "13-sae-canonical-units.json").exists()      # the book's table is still made
+    print(f"reproduce page at full scale on a tiny GPT-2: {elapsed:.1f} s")

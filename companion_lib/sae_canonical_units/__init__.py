@@ -32,6 +32,7 @@ The package, in the order the chapter uses it:
 * :mod:`.evaluation` -- reconstruction, sparsity, matches with the ground truth, the meta-SAE analysis.
 * :mod:`.stitching` -- insertion deltas, swap groups and stitching paths.
 * :mod:`.experiment` -- the book's runs over worlds and seeds, and their per-world summary.
+* :mod:`.fullscale` -- the same measurements on a real checkpoint's residual stream (:func:`full_scale`).
 
 Only numpy and torch are used at run time; :func:`companion_lib.common.device` chooses where the SAEs train
 (the GPU when present, else the CPU; the trained models come back on the CPU).
@@ -40,8 +41,9 @@ Only numpy and torch are used at run time; :func:`companion_lib.common.device` c
 from .evaluation import (alive_latents, atom_hit_fraction, classify_latents, max_cosine, mean_l0, meta_decomposition,
                          nmse, recovered_fraction)
 from .experiment import run_experiment, run_experiments, summarize
+from .fullscale import TEXT_FORMATS, full_scale, load_texts, residual_activations, sae_memory_bytes
 from .model import JumpReLUDictionary, SparseAutoencoder, batch_topk, topk_per_sample
-from .stitching import insertion_deltas, stitching_path, swap_groups
+from .stitching import insertion_deltas, stitching_path, stitching_path_gram, swap_groups
 from .training import TrainHistory, train_meta_sae, train_meta_saes, train_sae, train_sae_reference, train_saes
 from .world import SyntheticWorld, make_world, sample_activations
 
@@ -50,5 +52,6 @@ __all__ = [
     "batch_topk", "topk_per_sample", "TrainHistory", "train_sae", "train_sae_reference", "train_saes", "train_meta_sae", "train_meta_saes",
     "nmse", "mean_l0", "alive_latents", "max_cosine", "recovered_fraction", "classify_latents", "insertion_deltas",
     "stitching_path", "swap_groups", "meta_decomposition", "atom_hit_fraction", "run_experiments", "run_experiment",
-    "summarize",
+    "summarize", "TEXT_FORMATS", "load_texts", "residual_activations", "stitching_path_gram", "sae_memory_bytes",
+    "full_scale",
 ]
