@@ -356,3 +356,343 @@ def test_inputs_follow_the_model_to_its_device(split):
             assert hit.value.args[0].type == "meta"
     finally:
         handle.remove()
+
+
+# ---- the full-scale path on a real LlavaForConditionalGeneration (issue 39): tiny random checkpoints and a small
+# COCO annotation file in the released format, no downloads ----
+
+#: single-word COCO categories: the tiny tokenizer's words, the test file's categories
+COCO_WORDS = ["person", "bicycle", "car", "bus", "train", "truck", "boat", "bench", "bird", "cat", "dog", "horse",
+              "pizza", "cake"]
+
+
+def write_coco(folder, n_images: int = 10, captions: bool = False):
+    """COCO val2014's layout in miniature: ``annotations/instances_val2014.json`` in COCO's format (images,
+    annotations with bbox/segmentation, categories with COCO's ids) and JPEG files in ``val2014/``. Image ``k``
+    holds every other category of :data:`COCO_WORDS` (starting at ``k % 2``), so any named category is real in
+    half of the images."""
+    import json
+    from pathlib import Path
+
+    from PIL import Image
+
+    folder = Path(folder)
+    (folder / "annotations").mkdir(parents=True, exist_ok=True)
+    (folder / "val2014").mkdir(exist_ok=True)
+    rng = np.random.default_rng(0)
+    ids = {c: tv.COCO_CATEGORIES.index(c) + 1 for c in COCO_WORDS}     # COCO's ids are 1-based (with gaps)
+    images, anns, caps = [], [], []
+    for k in range(n_images):
+        iid = 1000 + 7 * k
+        name = f"COCO_val2014_{iid:012d}.jpg"
+        Image.fromarray(rng.integers(0, 255, (16, 16, 3), dtype=np.uint8)).save(folder / "val2014" / name)
+        images.append({"id": iid, "file_name": name, "width": 16, "height": 16})
+        for c in COCO_WORDS[k % 2::2]:
+            anns.append({"id": len(anns) + 1, "image_id": iid, "category_id": ids[c], "bbox": [0.0, 0.0, 8.0, 8.0],
+                         "area": 64.0, "iscrowd": 0, "segmentation": [[0, 0, 8, 0, 8, 8, 0, 8]]})
+        caps.append({"id": k + 1, "image_id": iid, "caption": "A photo of a dog."})
+    cats = [{"supercategory": "thing", "id": i, "name": c} for c, i in ids.items()]
+    (folder / "annotations" / "instances_val2014.json").write_text(
+        json.dumps({"images": images, "annotations": anns, "categories": cats}))
+    if captions:
+        (folder / "annotations" / "captions_val2014.json").write_text(
+            json.dumps({"images": images, "annotations": caps}))
+    return folder
+
+
+@pytest.fixture
+def coco(tmp_path):
+    return write_coco(tmp_path / "coco")
+
+
+@pytest.fixture
+def llava_folder(tiny_llava):
+    return tiny_llava(COCO_WORDS, seed=1)
+
+
+@pytest.fixture
+def loaded(llava_folder):
+    return tv.load_llava(llava_folder, device="cpu")
+
+
+def test_load_coco_split_reads_the_real_format_and_refuses_others(coco, tmp_path):
+    import json
+
+    split = ve.load_coco_split(coco, 6, seed=0)
+    assert len(split) == 6 and len(set(split.image_ids)) == 6
+    assert split.categories == tuple(COCO_WORDS)
+    for iid, f, t in zip(split.image_ids, split.files, split.truth):
+        k = (iid - 1000) // 7
+        assert f.name == f"COCO_val2014_{iid:012d}.jpg" and f.is_file()
+        assert t == frozenset(COCO_WORDS[k % 2::2])
+    assert all(size == (16, 16) for size in split.sizes)
+    assert all(set(b) == set(t) and all(v == ((0.0, 0.0, 8.0, 8.0),) for v in b.values())
+               for b, t in zip(split.boxes, split.truth))
+    assert ve.load_coco_split(coco, 6, seed=0).image_ids == split.image_ids      # the draw is seeded
+    assert ve.load_coco_split(coco, 6, seed=1).image_ids != split.image_ids
+    with_caps = ve.load_coco_split(write_coco(tmp_path / "c2", captions=True), 10)
+    assert all("dog" in t for t in with_caps.truth)                             # CHAIR adds the captions' objects
+    with pytest.raises(ValueError, match="only 10 images"):
+        ve.load_coco_split(coco, 11)
+    with pytest.raises(ValueError, match="not a folder.*instances_val2014.json"):
+        ve.load_coco_split(tmp_path / "nowhere", 2)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="has no annotations/instances_val2014.json"):
+        ve.load_coco_split(tmp_path / "empty", 2)
+    bad = write_coco(tmp_path / "bad")
+    (bad / "annotations" / "instances_val2014.json").write_text(json.dumps({"images": [], "captions": []}))
+    with pytest.raises(ValueError, match="not in COCO's format.*'annotations'"):
+        ve.load_coco_split(bad, 2)
+    (bad / "annotations" / "instances_val2014.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="not in COCO's format"):
+        ve.load_coco_split(bad, 2)
+    gone = write_coco(tmp_path / "gone")
+    for f in (gone / "val2014").glob("*.jpg"):
+        f.unlink()
+    with pytest.raises(ValueError, match="drawn images are missing.*val2014"):
+        ve.load_coco_split(gone, 2)
+    with pytest.raises(TypeError, match="path to a COCO folder"):
+        ve.load_coco_split(3, 2)
+    broken = write_coco(tmp_path / "broken")
+    for f in (broken / "val2014").glob("*.jpg"):
+        f.write_text("not a jpeg")
+    with pytest.raises(ValueError, match="not an image PIL can read"):
+        ve.load_coco_split(broken, 2)
+
+
+def test_full_scale_refuses_a_checkpoint_whose_weights_do_not_load(llava_folder, coco, tmp_path):
+    import shutil
+
+    bad = tmp_path / "truncated"
+    shutil.copytree(llava_folder, bad)
+    for f in bad.glob("*.safetensors"):
+        f.write_bytes(f.read_bytes()[:100])
+    with pytest.raises(ValueError, match="cannot load the weights"):
+        ve.full_scale(bad, coco, n_images=10, n_cal=2, n_folds=2, image_layer=0, device="cpu")
+
+
+def test_class_token_ids(loaded):
+    tok = loaded.processor.tokenizer
+    ids = ve.class_token_ids(tok, ["dog", "cat"])
+    assert ids == [[tok.convert_tokens_to_ids("dog")], [tok.convert_tokens_to_ids("cat")]]
+    with pytest.raises(ValueError, match="cannot spell the category 'giraffe'"):
+        ve.class_token_ids(tok, ["dog", "giraffe"])
+
+
+def test_llava_lens_shapes_identity_at_the_top_and_no_hooks_left(loaded, coco):
+    files = sorted((coco / "val2014").glob("*.jpg"))[:2]
+    tok = loaded.processor.tokenizer
+    ids = ve.class_token_ids(tok, COCO_WORDS)
+    model = loaded.model
+    n_layer = model.config.text_config.num_hidden_layers
+    res = ve.llava_lens(loaded, files, ids)
+    n_img = (8 // 4) ** 2
+    assert res.layer_max.shape == (2, n_layer + 1, len(COCO_WORDS)) and res.patch_max.shape == (2, n_img, len(COCO_WORDS))
+    np.testing.assert_allclose(res.confidence, res.patch_max.max(axis=1), rtol=1e-6)
+    # with the final norm and the whole vocabulary, the last lens layer is the model's own next-token softmax
+    exact = ve.llava_lens(loaded, files[:1], ids, use_final_norm=True, top_k=None)
+    from PIL import Image
+    with Image.open(files[0]) as im:
+        enc = loaded.processor(images=im.convert("RGB"), text=ve.llava_prompt(), return_tensors="pt")
+    with torch.no_grad():
+        probs = torch.softmax(model(**enc).logits[0], -1)
+    pos = tv.image_token_positions(model, enc["input_ids"])[0]
+    own = probs[pos][:, [i[0] for i in ids]].max(0).values.numpy()
+    np.testing.assert_allclose(exact.layer_max[0, -1], own, atol=1e-6)
+    # a top-k softmax renormalises over fewer logits: every kept probability can only grow
+    top = ve.llava_lens(loaded, files[:1], ids, use_final_norm=True, top_k=5)
+    kept = top.layer_max[0, -1] > 0
+    assert kept.any() and np.all(top.layer_max[0, -1][kept] >= exact.layer_max[0, -1][kept] - 1e-7)
+    assert (top.layer_max == 0).any()                        # categories outside the top 5 get nothing
+    layers = tv.language_model_parts(model)[0]
+    assert not any(len(l._forward_hooks) or len(l._forward_pre_hooks) for l in layers)
+    with pytest.raises(ValueError, match="top_k"):
+        ve.llava_lens(loaded, files, ids, top_k=0)
+
+
+def test_llava_text_embedding(loaded):
+    tok = loaded.processor.tokenizer
+    emb = loaded.model.get_input_embeddings().weight
+    t0 = ve.llava_text_embedding(loaded, "dog", 0)
+    assert torch.equal(t0, emb[tok.convert_tokens_to_ids("dog")])
+    ids = tok("dog", return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        hs = loaded.model(input_ids=ids, output_hidden_states=True).hidden_states
+    assert torch.allclose(ve.llava_text_embedding(loaded, "dog", 1), hs[1][0, -1], atol=1e-6)   # block 0's output
+    with pytest.raises(ValueError, match="text_layer 3 out of range"):
+        ve.llava_text_embedding(loaded, "dog", 3)
+
+
+def test_llava_captions_edit_only_the_image_tokens_in_the_prefill(loaded, coco):
+    files = sorted((coco / "val2014").glob("*.jpg"))[:2]
+    model = loaded.model
+    plain = ve.llava_captions(loaded, files, max_new_tokens=6, num_beams=2)
+    assert len(plain) == 2 and all(isinstance(c, str) for c in plain)
+    # nothing to erase: the same captions; alpha = 0: the same captions
+    assert ve.llava_captions(loaded, files, max_new_tokens=6, num_beams=2, erase=[[], []]) == plain
+    t = ve.llava_text_embedding(loaded, "dog", 1)
+    assert ve.llava_captions(loaded, files, max_new_tokens=6, num_beams=2, erase=[[t], [t]], image_layer=0,
+                             alpha=0.0) == plain
+    # the edit in the prefill pass only, with the cache, equals the edit recomputed at every step without it
+    strong = dict(max_new_tokens=6, num_beams=1, erase=[[t, -t], [t]], image_layer=0, alpha=8.0)
+    cached = ve.llava_captions(loaded, files, **strong)
+    assert ve.llava_captions(loaded, files, use_cache=False, **strong) == cached
+    greedy = ve.llava_captions(loaded, files, max_new_tokens=6, num_beams=1)
+    assert cached != greedy                                       # the edit changes what the model says
+    assert ve.llava_captions(loaded, files, max_new_tokens=6, num_beams=1, use_cache=False) == greedy
+    # the edit hook, recorded: after block 0 the image tokens have no positive component along t any more,
+    # the text positions are untouched, and the decoding steps are left alone
+    from companion_lib.vlm_editing.llava_coco import _encode, _open
+    enc = _encode(loaded, _open(files[0]), ve.llava_prompt())
+    sl = tv.image_slice(model, enc["input_ids"])
+    seen = []
+    original = tv.residual_edit
+
+    with torch.no_grad(), tv.record_residual(model) as clean:
+        model(**enc, use_cache=False)
+    import companion_lib.vlm_editing.llava_coco as fs
+
+    def spy(m, layer, edit):
+        def wrapped(h):
+            out = edit(h)
+            seen.append((h.shape[1], h, out))
+            return out
+        return original(m, layer, wrapped)
+
+    fs.residual_edit = spy
+    try:
+        ve.llava_captions(loaded, files[:1], max_new_tokens=3, num_beams=1, erase=[[t]], image_layer=0, alpha=1.0)
+    finally:
+        fs.residual_edit = original
+    prefill = [s for s in seen if s[0] == enc["input_ids"].shape[1]]
+    steps = [s for s in seen if s[0] == 1]
+    assert len(prefill) == 1 and len(steps) >= 1 and all(torch.equal(h, o) for _, h, o in steps)
+    _, h, out = prefill[0]
+    assert torch.allclose(h, clean[1], atol=1e-6)                 # the hook saw block 0's output
+    p = (out[0, sl] @ t) / (t @ t)
+    assert float(p.max()) < 1e-4                                  # the positive projections are gone
+    assert torch.equal(out[0, :sl.start], h[0, :sl.start]) and torch.equal(out[0, sl.stop:], h[0, sl.stop:])
+    assert not torch.equal(out[0, sl], h[0, sl])
+    layers = tv.language_model_parts(model)[0]
+    assert not any(len(l._forward_hooks) or len(l._forward_pre_hooks) for l in layers)
+    with pytest.raises(ValueError, match="erase"):
+        ve.llava_captions(loaded, files, erase=[[t]])
+
+
+def test_patch_centres_place_the_patches_where_the_processor_puts_them(loaded):
+    from types import SimpleNamespace
+
+    from PIL import Image
+
+    ip = loaded.processor.image_processor              # shortest edge 8, centre crop 8 x 8, a 2 x 2 grid
+    assert ve.model_image_tokens(loaded) == 4
+    # a 40 x 20 image is resized to 16 x 8 and cropped to x in [4, 12): the crop holds x in [10, 30) of the original
+    centres = ve.patch_centres(ip, 40, 20, 2)
+    np.testing.assert_allclose(centres, [[15, 5], [25, 5], [15, 15], [25, 15]])
+    pixels = np.full((20, 40, 3), 255, dtype=np.uint8)
+    pixels[0:10, 20:30] = 0                            # a dark block where the second patch's centre lies
+    pv = ip(Image.fromarray(pixels), return_tensors="pt")["pixel_values"][0].mean(0)   # (8, 8)
+    means = [float(pv[r * 4:(r + 1) * 4, c * 4:(c + 1) * 4].mean()) for r in range(2) for c in range(2)]
+    assert int(np.argmin(means)) == 1
+    assert ve.pointing([0.1, 0.9, 0.2, 0.3], [(20, 0, 10, 10)], centres) == (1.0, 0.25)
+    assert ve.pointing([0.9, 0.1, 0.2, 0.3], [(20, 0, 10, 10)], centres) == (0.0, 0.25)
+    with pytest.raises(ValueError, match="the map has 3 patches"):
+        ve.pointing([0.1, 0.2, 0.3], [(0, 0, 1, 1)], centres)
+    plain = SimpleNamespace(do_resize=True, size={"height": 8, "width": 8}, do_center_crop=False, crop_size=None)
+    np.testing.assert_allclose(ve.patch_centres(plain, 40, 20, 2), [[10, 5], [30, 5], [10, 15], [30, 15]])
+    odd = SimpleNamespace(do_resize=True, size={"longest_edge": 8}, do_center_crop=False, crop_size=None)
+    with pytest.raises(ValueError, match="cannot be placed"):
+        ve.patch_centres(odd, 40, 20, 2)
+
+
+def test_fold_statistics():
+    classes = ["cat", "dog", "car"]
+    conf = np.array([[0.9, 0.1, 0.2], [0.2, 0.8, 0.05]])
+    truth = [frozenset({"cat"}), frozenset({"dog", "car"})]
+    mentions = [["cat", "dog"], ["dog", "cat"]]   # real: cat 0.9, dog 0.8; hallucinated: dog 0.1, cat 0.2
+    before = {"self": {"chair_i": 50.0, "recall": 60.0}}
+    after = {"self": {"chair_i": 25.0, "recall": 55.0}}
+    s = ve.fold_statistics(conf, classes, truth, mentions, 0.5, before, after)
+    assert s["auroc_generated"] == 1.0
+    assert s["flagged_minus_2x"] == 1.0                   # both hallucinations below 0.5, no real one
+    assert s["rel_chair_i_self"] == 0.5 and s["recall_drop_self"] == 5.0
+    present = np.array([[1, 0, 0], [0, 1, 1]], bool)
+    assert s["auroc_presence"] == pytest.approx(ve.auroc(conf[present], conf[~present]))
+    assert "pointing" not in s
+    p = ve.fold_statistics(conf, classes, truth, mentions, 0.5, before, after, points=[(1.0, 0.25), (0.0, 0.5)])
+    assert p["pointing"] == 0.5 and p["pointing_minus_chance"] == pytest.approx(0.125)
+    with pytest.raises(ValueError, match="points is empty"):
+        ve.fold_statistics(conf, classes, truth, mentions, 0.5, before, after, points=[])
+    with pytest.raises(ValueError, match="0 hallucinated generated objects"):
+        ve.fold_statistics(conf, classes, truth, [["cat"], ["dog"]], 0.5, before, after)
+    with pytest.raises(ValueError, match="same images"):
+        ve.fold_statistics(conf[:1], classes, truth, mentions, 0.5, before, after)
+
+
+def test_full_scale_runs_on_a_tiny_llava(llava_folder, coco):
+    run = ve.full_scale(llava_folder, coco, n_images=10, n_cal=2, n_folds=2, image_layer=0, text_layer=1,
+                        max_new_tokens=10, num_beams=2, device="cpu")
+    assert run.lens.layer_max.shape == (10, 3, len(COCO_WORDS)) and run.confidence.shape == (10, len(COCO_WORDS))
+    assert len(run.captions) == 10 and set(run.edited) == {"self", "oracle"}
+    assert all(len(v) == 8 for v in run.edited.values())
+    assert list(run.folds.index) == [0, 1] and run.folds["images"].tolist() == [4, 4]
+    assert run.settings["dtype"] == "float32" and run.settings["num_beams"] == 2
+    assert run.folds["pointing"].between(0, 1).all() and run.folds["pointing_minus_chance"].notna().all()
+    # the oracle erases exactly the hallucinated categories of each test caption
+    assert run.selected["oracle"] == [list(h) for h in run.chair["hallucinated"][2:]]
+    assert all(all(run.confidence[2 + j, COCO_WORDS.index(c)] < run.theta for c in s)
+               for j, s in enumerate(run.selected["self"]))
+
+
+def test_full_scale_refuses_bad_input_before_reading_weights(llava_folder, coco, tmp_path, monkeypatch):
+    from transformers import BertConfig, BertForMaskedLM, LlavaForConditionalGeneration
+
+    def no_weights(*a, **k):
+        raise AssertionError("weights were read before the checks")
+
+    monkeypatch.setattr(LlavaForConditionalGeneration, "from_pretrained", no_weights)
+    kw = dict(n_images=10, n_cal=2, n_folds=2, image_layer=0, device="cpu")
+    BertForMaskedLM(BertConfig(vocab_size=10, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                               intermediate_size=8)).save_pretrained(tmp_path / "bert")
+    with pytest.raises(ValueError, match="BertForMaskedLM.*supports LlavaForConditionalGeneration"):
+        ve.full_scale(tmp_path / "bert", coco, **kw)
+    with pytest.raises(ValueError, match="cannot load the config.*LlavaForConditionalGeneration"):
+        ve.full_scale(tmp_path / "nothing", coco, **kw)
+    with pytest.raises(ValueError, match="GiB free"):
+        ve.full_scale(llava_folder, coco, free_bytes=1000, **kw)
+    with pytest.raises(ValueError, match="not in COCO's format"):
+        (tmp_path / "bad" / "annotations").mkdir(parents=True)
+        (tmp_path / "bad" / "val2014").mkdir()
+        (tmp_path / "bad" / "annotations" / "instances_val2014.json").write_text('{"images": []}')
+        ve.full_scale(llava_folder, tmp_path / "bad", **kw)
+    with pytest.raises(ValueError, match="image_layer 2 out of range"):
+        ve.full_scale(llava_folder, coco, **{**kw, "image_layer": 2})
+    with pytest.raises(ValueError, match="n_folds=5 needs at least 10"):
+        ve.full_scale(llava_folder, coco, **{**kw, "n_folds": 5})
+    with pytest.raises(ValueError, match="n_folds must be at least 2"):
+        ve.full_scale(llava_folder, coco, **{**kw, "n_folds": 1})
+    with pytest.raises(ValueError, match="q must lie"):
+        ve.full_scale(llava_folder, coco, **{**kw, "q": 2})
+    with pytest.raises(TypeError, match="hub id"):
+        ve.full_scale(3, coco, **kw)
+
+
+@pytest.mark.slow
+def test_reproduce_page_runs_at_full_scale_on_a_tiny_llava(run_reproduce, llava_folder, coco):
+    from pathlib import Path
+
+    md = Path(__file__).resolve().parents[1] / "chapters" / "17-vlm-editing" / "reproduce.md"
+    params = dict(seeds=[0, 1], n_cal=[10, 5], n_test=[40, 20], n_removal=5, n_pilot=2,
+                  model=str(llava_folder), data=str(coco), n_images=10, n_cal_images=2, n_folds=2, image_layer=0,
+                  text_layer=1, num_beams=2, max_new_tokens=10)
+    _, claims, error = run_reproduce(md, params, "full-scale", checks_off_before="At full scale")
+    assert error is None, error
+    assert claims["chapter"] == "17-vlm-editing-full-scale"
+    assert [c["key"] for c in claims["claims"]] == ["confidence_separates", "presence", "threshold_detects",
+                                                    "localises", "self_no_increase", "self_recall", "self_strong",
+                                                    "oracle_reduces", "oracle_recall"]
+    assert all(c["n"] == 2 for c in claims["claims"])
+    import os
+
+    written = sorted(p.name for p in Path(os.environ["BOOK_CLAIMS_DIR"]).glob("*.json"))
+    assert written == ["17-vlm-editing-full-scale.json", "17-vlm-editing.json"]   # the book's table and its own
