@@ -62,7 +62,9 @@ book: $(STAMP)
 # Everything CI checks, executing every notebook once:
 # 1. unit tests and every chapter notebook under nbval, in place from its .md source, on $(JOBS) workers,
 #    each in a fresh kernel of this environment (its working folder is the notebook's, hence absolute
-#    paths), with an empty disk cache; each executed notebook is kept with its outputs;
+#    paths), with an empty disk cache; each executed notebook is kept with its outputs; a chapter's notebooks
+#    run on one worker one after another, and the chapters and test modules start longest first by the
+#    seconds in bookkit/schedule.json (`python -m bookkit schedule` refreshes it from a run's report);
 # 2. those notebooks fill the book's execution cache (keyed as myst-nb keys them), and the website is
 #    built from it with warnings as errors (every page, reference, citation and glued number resolves):
 #    nothing is executed twice, and check-served fails if the build had to execute;
@@ -73,8 +75,8 @@ book: $(STAMP)
 test: $(STAMP)
 	@rm -rf $(BUILD)/test-cache $(BUILD)/test-claims $(BUILD)/test-executed
 	BOOK_CACHE_DIR=$(CURDIR)/$(BUILD)/test-cache BOOK_CLAIMS_DIR=$(CURDIR)/$(BUILD)/test-claims \
-	  $(PY) -m pytest -n $(JOBS) --dist loadscope --nbval-lax --nbval-current-env \
-	  --nbval-cell-timeout=900 --runtime-report=$(BUILD)/runtime.json \
+	  $(PY) -m pytest -n $(JOBS) --dist loadscope --no-loadscope-reorder --schedule=bookkit/schedule.json \
+	  --nbval-lax --nbval-current-env --nbval-cell-timeout=900 --runtime-report=$(BUILD)/runtime.json \
 	  -p bookkit.pytest_executed --store-executed=$(BUILD)/test-executed tests chapters
 	$(PY) -m bookkit cache-executed --executed $(BUILD)/test-executed --cache $(BUILD)/.jupyter_cache
 	@$(MAKE) --no-print-directory site SITEFLAGS=--all

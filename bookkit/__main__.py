@@ -12,6 +12,7 @@
 ``reseed``            re-run a chapter's reproduce notebook(s) under other seeds
 ``sitecheck``         check a built website as a reader would
 ``bench``             print a run-time report (per chapter: wall, CPU, peak memory) against the budget
+``schedule``          write the seconds per scheduling group of a run-time report (``make test`` orders by them)
 ==================  ============================================================================
 """
 
@@ -50,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     srv.add_argument("--cache", type=Path, required=True)
     ben = sub.add_parser("bench", help="print a run-time report against the budget")
     ben.add_argument("report", type=Path, nargs="?", default=Path("_build/runtime.json"))
+    sch = sub.add_parser("schedule", help="write the seconds per scheduling group of a run-time report")
+    sch.add_argument("report", type=Path, nargs="?", default=Path("_build/runtime.json"))
+    sch.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "schedule.json")
     crs = sub.add_parser("course", help="write a teacher's nbgrader course (outside _build)")
     crs.add_argument("--root", type=Path, default=Path("."))
     crs.add_argument("--out", type=Path, required=True)
@@ -73,6 +77,19 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         for line in budget_lines(json.loads(args.report.read_text(encoding="utf-8"))):
             print(line)
+        return 0
+    if args.command == "schedule":
+        import json
+
+        from .pytest_notebooks import load_schedule
+
+        if not args.report.is_file():
+            print(f"schedule: no run-time report at {args.report} (make test writes one)")
+            return 2
+        groups = load_schedule(args.report)
+        args.out.write_text(json.dumps(dict(sorted(groups.items(), key=lambda kv: -kv[1])), indent=1) + "\n",
+                            encoding="utf-8")
+        print(f"schedule: {len(groups)} groups, {sum(groups.values()):.0f} worker-seconds, written to {args.out}")
         return 0
     if args.command == "cache-executed":
         added = cache_executed(args.executed, args.cache, args.root)

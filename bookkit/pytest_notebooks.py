@@ -5,7 +5,15 @@
   execute exactly what the website executes, with nothing written to disk. Paired ``.ipynb`` copies
   under ``chapters/`` are not collected a second time.
 * Run-time report (``--runtime-report PATH``): wall seconds and the kernel's peak resident memory
-  (VmHWM) for every notebook and chapter, written as JSON and printed as a table.
+  (VmHWM) for every notebook and chapter, written as JSON and printed as a table; with it, the seconds of
+  every scheduling group (below) and how long each xdist worker was busy and when it finished.
+* Scheduling (``--schedule PATH`` with ``--dist loadscope --no-loadscope-reorder``): a chapter's notebooks
+  form one group, run one after another by one worker in collection order (so a notebook reuses what an earlier one of its chapter
+  put in the disk cache instead of computing it at the same time on the other worker), and every test
+  module forms a group (its module fixtures are set up once). The groups are handed out longest first,
+  by the seconds ``PATH`` gives each (a run-time report's ``groups``, ``python -m bookkit schedule``
+  refreshes it): the long groups start at once and short ones fill in at the end, so neither worker waits
+  for the other at the end of the run. The order changes no result: every notebook runs in a fresh kernel.
 """
 
 from __future__ import annotations
@@ -34,6 +42,68 @@ BUDGET_MIB = 3072.0
 def pytest_addoption(parser):
     parser.addoption("--runtime-report", default=None, metavar="PATH",
                      help="write per-notebook wall time and peak memory as JSON to PATH")
+    parser.addoption("--schedule", default=None, metavar="PATH",
+                     help="with --dist loadscope: one group per chapter and per test module, longest first by "
+                          "the seconds in PATH (a JSON object of group: seconds, or a run-time report)")
+
+
+#: seconds assumed for one test of a group that the schedule does not list (a new test module)
+UNLISTED_SECONDS_PER_TEST = 0.2
+
+
+def schedule_group(nodeid: str) -> str:
+    """The scheduling group of a test: ``chapters/<chapter>`` for a chapter notebook's cells, else its file."""
+    file = nodeid.split("::", 1)[0]
+    parts = file.split("/")
+    if len(parts) >= 3 and parts[0] == "chapters":
+        return "/".join(parts[:2])
+    return file
+
+
+def load_schedule(path: Path) -> dict[str, float]:
+    """Seconds per group from ``path``: a run-time report (its ``groups``) or a plain ``{group: seconds}``."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    groups = data.get("groups", data) if isinstance(data, dict) else None
+    if not isinstance(groups, dict) or not all(isinstance(v, (int, float)) for v in groups.values()):
+        raise ValueError(f"{path}: expected a JSON object of group: seconds (or a run-time report with 'groups')")
+    return {str(k): float(v) for k, v in groups.items()}
+
+
+def order_by_schedule(items: list, seconds: dict[str, float]) -> list:
+    """``items`` grouped by :func:`schedule_group`, the groups longest first (a group the schedule does not list
+    counts :data:`UNLISTED_SECONDS_PER_TEST` per test), ties and the tests within a group in collection order."""
+    groups: dict[str, list] = {}
+    for item in items:
+        groups.setdefault(schedule_group(item.nodeid), []).append(item)
+    cost = {g: seconds.get(g, UNLISTED_SECONDS_PER_TEST * len(members)) for g, members in groups.items()}
+    order = sorted(groups, key=lambda g: -cost[g])   # sorted() is stable: ties keep collection order
+    return [item for g in order for item in groups[g]]
+
+
+def _scheduled(config) -> bool:
+    return bool(config.getoption("--schedule")) and config.getoption("dist", "no") == "loadscope"
+
+
+def pytest_collection_modifyitems(session, config, items):
+    path = config.getoption("--schedule")
+    if not path:
+        return
+    items[:] = order_by_schedule(items, load_schedule(Path(path)))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """With ``--schedule`` and ``--dist loadscope``: xdist's scope scheduler with :func:`schedule_group` as the
+    scope (a chapter's notebooks together, else a test file), handed out in the collection order above."""
+    if not _scheduled(config):
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return schedule_group(nodeid)
+
+    return GroupScheduling(config, log)
 
 
 def _in_chapters(path: Path) -> bool:
@@ -138,10 +208,19 @@ class RuntimeReport:
         self.cpu: dict[str, float] = defaultdict(float)
         self.failed: set[str] = set()
         self.started = time.time()
+        self.groups: dict[str, float] = defaultdict(float)
+        self.busy: dict[str, float] = defaultdict(float)
+        self.finished: dict[str, float] = {}
 
     def pytest_runtest_logreport(self, report):
         nodeid = report.nodeid
         file = nodeid.split("::", 1)[0]
+        self.groups[schedule_group(nodeid)] += report.duration
+        worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "main")
+        self.busy[worker] += report.duration
+        stop = getattr(report, "stop", None)
+        if stop is not None:
+            self.finished[worker] = max(self.finished.get(worker, 0.0), stop - self.started)
         if not file.startswith("chapters/"):
             return
         self.seconds[file] += report.duration
@@ -176,8 +255,12 @@ class RuntimeReport:
             "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
             "python": platform.python_version(),
         }
+        workers = {w: {"busy_seconds": round(self.busy[w], 1), "finished_after": round(self.finished.get(w, 0.0), 1)}
+                   for w in sorted(self.busy)}
         return {"generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "machine": machine, "notebooks": notebooks, "chapters": chapters}
+                "machine": machine, "notebooks": notebooks, "chapters": chapters,
+                "groups": {g: round(s, 1) for g, s in sorted(self.groups.items(), key=lambda kv: -kv[1])},
+                "workers": workers}
 
     def pytest_terminal_summary(self, terminalreporter):
         if not self.seconds:
@@ -195,6 +278,9 @@ class RuntimeReport:
         tr.write_line("")
         for line in budget_lines(data):
             tr.write_line(line)
+        if len(data["workers"]) > 1:
+            tr.write_line("workers: " + "; ".join(f"{w} busy {r['busy_seconds']:.0f} s, done after {r['finished_after']:.0f} s"
+                                                  for w, r in data["workers"].items()))
         tr.write_line(f"report written to {self.path}")
 
 
@@ -225,6 +311,9 @@ def _cpu_model() -> str:
 
 
 def pytest_configure(config):
+    if _scheduled(config) and config.getoption("loadscopereorder", False):
+        # (xdist would sort the groups by their number of tests again)
+        raise pytest.UsageError("--schedule orders the groups itself: pass --no-loadscope-reorder too")
     path = config.getoption("--runtime-report")
     # Only the controlling process writes the report (xdist workers have a workerinput attribute).
     if path and not hasattr(config, "workerinput"):

@@ -166,3 +166,87 @@ def test_claims_are_read_from_the_last_table_of_an_executed_notebook():
                     {"outputs": [{"data": {"text/html": "<p>a figure</p>"}}]}]}
     assert claims_from_notebook(nb)["chapter"] == "99-demo"
     assert claims_from_notebook({"cells": []}) is None
+
+
+# -- make test's scheduling (bookkit/pytest_notebooks.py) --------------------------------------------------
+def test_schedule_groups_a_chapters_notebooks_and_each_test_file():
+    from bookkit.pytest_notebooks import schedule_group
+
+    assert schedule_group("chapters/07-strength-estimation/reproduce.md::Cell 12") == "chapters/07-strength-estimation"
+    assert schedule_group("chapters/07-strength-estimation/derive.md::Cell 0") == "chapters/07-strength-estimation"
+    assert schedule_group("tests/test_common.py::test_glue[3]") == "tests/test_common.py"
+    assert schedule_group("tests/test_common.py") == "tests/test_common.py"
+
+
+def test_order_by_schedule_puts_long_groups_first_and_keeps_each_group_in_order():
+    from types import SimpleNamespace
+
+    from bookkit.pytest_notebooks import UNLISTED_SECONDS_PER_TEST, order_by_schedule
+
+    ids = ["tests/test_a.py::t1", "chapters/01-x/derive.md::Cell 0", "tests/test_a.py::t2",
+           "chapters/01-x/reproduce.md::Cell 0", "chapters/02-y/derive.md::Cell 0", "tests/test_new.py::t1",
+           "chapters/01-x/derive.md::Cell 1"]
+    items = [SimpleNamespace(nodeid=i) for i in ids]
+    seconds = {"chapters/02-y": 90.0, "chapters/01-x": 40.0, "tests/test_a.py": 5.0}
+    order = [i.nodeid for i in order_by_schedule(items, seconds)]
+    assert order == ["chapters/02-y/derive.md::Cell 0",
+                     "chapters/01-x/derive.md::Cell 0", "chapters/01-x/reproduce.md::Cell 0",
+                     "chapters/01-x/derive.md::Cell 1",
+                     "tests/test_a.py::t1", "tests/test_a.py::t2", "tests/test_new.py::t1"]
+    assert UNLISTED_SECONDS_PER_TEST * 1 < 5.0   # the unlisted module (one test) sorts after test_a.py
+    assert sorted(order) == sorted(ids)
+
+
+def test_load_schedule_reads_a_report_or_a_plain_table_and_refuses_anything_else(tmp_path):
+    from bookkit.pytest_notebooks import load_schedule
+
+    report = tmp_path / "runtime.json"
+    report.write_text(json.dumps({"notebooks": {}, "groups": {"chapters/01-x": 12.5, "tests/test_a.py": 1}}))
+    assert load_schedule(report) == {"chapters/01-x": 12.5, "tests/test_a.py": 1.0}
+    plain = tmp_path / "schedule.json"
+    plain.write_text(json.dumps({"chapters/01-x": 3}))
+    assert load_schedule(plain) == {"chapters/01-x": 3.0}
+    for bad in ([1, 2], {"chapters/01-x": "slow"}):
+        plain.write_text(json.dumps(bad))
+        with pytest.raises(ValueError, match="group: seconds"):
+            load_schedule(plain)
+
+
+def test_the_committed_schedule_lists_every_chapter():
+    from bookkit.pytest_notebooks import load_schedule
+
+    seconds = load_schedule(ROOT / "bookkit" / "schedule.json")
+    chapters = sorted(p.name for p in (ROOT / "chapters").iterdir() if p.is_dir() and p.name[:2].isdigit())
+    missing = [c for c in chapters if f"chapters/{c}" not in seconds]
+    assert not missing, f"bookkit/schedule.json has no seconds for {missing}: python -m bookkit schedule after make test"
+    assert all(v >= 0 for v in seconds.values()) and all(seconds[f"chapters/{c}"] > 0 for c in chapters)
+
+
+def test_a_scheduled_run_keeps_a_chapter_on_one_worker_and_reports_the_workers(tmp_path):
+    """make test's options on a toy tree: the files of one chapter folder run on one worker, the longest group
+    starts first, and the run-time report records the groups and both workers."""
+    for chapter, n in (("01-a", 3), ("02-b", 2)):
+        for i in range(n):
+            path = tmp_path / "chapters" / chapter / f"test_{chapter[3]}{i}.py"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("import os, time\n\ndef test_it():\n    time.sleep(0.3)\n"
+                            f"    open({str(tmp_path / 'ran.txt')!r}, 'a').write("
+                            f"'{chapter} ' + os.environ['PYTEST_XDIST_WORKER'] + '\\n')\n")
+    (tmp_path / "schedule.json").write_text(json.dumps({"chapters/02-b": 50, "chapters/01-a": 10}))
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "bookkit.pytest_notebooks", "-p", "no:cacheprovider", "-n", "2",
+         "--dist", "loadscope", "--no-loadscope-reorder", "--schedule=schedule.json", "--runtime-report=rt.json",
+         "-q", "chapters"], cwd=tmp_path, capture_output=True, text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert result.returncode == 0, result.stdout + result.stderr
+    ran = [line.split() for line in (tmp_path / "ran.txt").read_text().splitlines()]
+    workers = {c: {w for ch, w in ran if ch == c} for c in ("01-a", "02-b")}
+    assert all(len(w) == 1 for w in workers.values()), ran
+    report = json.loads((tmp_path / "rt.json").read_text())
+    assert set(report["groups"]) == {"chapters/01-a", "chapters/02-b"} and report["groups"]["chapters/01-a"] >= 0.9
+    assert len(report["workers"]) == 2 and all(r["busy_seconds"] > 0 for r in report["workers"].values())
+    no_reorder = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "bookkit.pytest_notebooks", "-p", "no:cacheprovider", "-n", "2",
+         "--dist", "loadscope", "--schedule=schedule.json", "-q", "chapters"], cwd=tmp_path, capture_output=True,
+        text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert no_reorder.returncode != 0 and "--no-loadscope-reorder" in no_reorder.stdout + no_reorder.stderr
