@@ -76,14 +76,17 @@ def run_with_parameters(md: Path, parameters: dict, out_dir: Path, tag: str, tim
     src = out_dir / f"{md.stem}.{tag}.input.ipynb"
     dst = out_dir / f"{md.stem}.{tag}.ipynb"
     nbformat.write(nb, src)
-    error = None
+    error, cell_error = None, False
     try:
         papermill.execute_notebook(str(src), str(dst), parameters=parameters, cwd=str(md.parent),
                                    kernel_name="python3", progress_bar=False, execution_timeout=timeout)
     except Exception as exc:  # papermill re-raises the cell's error; the outputs so far are in dst
         error = f"{type(exc).__name__}: {exc}"
+        cell_error = isinstance(exc, papermill.PapermillExecutionError)
     executed = nbformat.read(dst, as_version=4) if dst.exists() else {"cells": []}
-    if checks_off_before is not None and dst.exists():
+    # checks off before the heading: decide from the cells' error outputs. A timeout or a dead kernel leaves no
+    # error output, so papermill's own error stands then.
+    if checks_off_before is not None and dst.exists() and (error is None or cell_error):
         error = None
         for cell in executed.cells:
             tolerant = "raises-exception" in cell.get("metadata", {}).get("tags", [])

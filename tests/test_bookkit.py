@@ -250,3 +250,19 @@ def test_a_scheduled_run_keeps_a_chapter_on_one_worker_and_reports_the_workers(t
          "--dist", "loadscope", "--schedule=schedule.json", "-q", "chapters"], cwd=tmp_path, capture_output=True,
         text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert no_reorder.returncode != 0 and "--no-loadscope-reorder" in no_reorder.stdout + no_reorder.stderr
+
+
+def test_run_with_parameters_reports_a_timeout_after_the_checked_section(tmp_path):
+    """With the page's checks off before a heading, a failed check there is tolerated, but a cell that times out
+    (no error output of its own, only the kernel's interrupt) is reported as the timeout it was."""
+    page = tmp_path / "page.md"
+    page.write_text("---\njupytext:\n  text_representation:\n    format_name: myst\nkernelspec:\n  name: python3\n"
+                    "  display_name: Python 3\n  language: python\n---\n\n```{code-cell} ipython3\n:tags: [parameters]\n"
+                    "wait = 0\n```\n\n```{code-cell} ipython3\nassert False, 'a check of the small run'\n```\n\n"
+                    "## At full scale\n\n```{code-cell} ipython3\nimport time\ntime.sleep(wait)\n```\n", encoding="utf-8")
+    _, _, error = reseed.run_with_parameters(page, {"wait": 0}, tmp_path / "out", "quick", timeout=30,
+                                             checks_off_before="At full scale")
+    assert error is None
+    _, _, error = reseed.run_with_parameters(page, {"wait": 60}, tmp_path / "out", "slow", timeout=2,
+                                             checks_off_before="At full scale")
+    assert error is not None and "timed out" in error, error

@@ -33,7 +33,7 @@ from scipy import stats
 
 from ..common.device import resolve_device
 from ..common.validation import check_positive, check_positive_int
-from ..tinylm import causal_lm_config, check_fits, load_causal_lm, parameter_bytes, resolve_dtype
+from ..tinylm import causal_lm_config, check_fits, load_causal_lm, load_tokenizer, parameter_bytes, resolve_dtype
 from .experiment import per_prompt_ap, per_prompt_ratio, run_methods, summarize
 from .methods import (Scorer, attention_attribution, check_same_tokenizer, context_cite, gradient_norm_attribution,
                       hierarchical_loo, loo, pruned_loo, similarity_attribution)
@@ -373,14 +373,7 @@ def full_scale(model: str | Path, proxy_model: str | Path, data: str | Path, *, 
                "choose a smaller pair (e.g. SmolLM2-1.7B-Instruct with SmolLM2-360M-Instruct), "
                "dtype='float16'/'bfloat16', or a larger GPU", free_bytes)
     # 3. one tokenizer for both, and prompts that fit the models' positions
-    from transformers import AutoTokenizer
-
-    toks = {}
-    for key, src in (("target", model), ("proxy", proxy_model)):
-        try:
-            toks[key] = AutoTokenizer.from_pretrained(str(src))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"cannot load the tokenizer of {str(src)!r}: {exc}") from None
+    toks = {key: load_tokenizer(str(src)) for key, src in (("target", model), ("proxy", proxy_model))}
     if toks["target"].get_vocab() != toks["proxy"].get_vocab():
         raise ValueError(f"the proxy {str(proxy_model)!r} has a tokenizer different from the target {str(model)!r}'s: "
                          "choose a proxy of the same family (the same tokenizer), e.g. SmolLM2-360M-Instruct for "
@@ -398,8 +391,8 @@ def full_scale(model: str | Path, proxy_model: str | Path, data: str | Path, *, 
         if response == "answer" and not ans:
             raise ValueError(f"example {ex.id!r} has an empty answer: use response='generate'")
     # 4. the weights, then the work
-    loaded = {k: load_causal_lm(src, device=dev, dtype=dtype, headroom=headroom, free_bytes=free_bytes)
-              for k, src in (("target", model), ("proxy", proxy_model))}
+    loaded = {k: load_causal_lm(src, device=dev, dtype=dtype, headroom=headroom, free_bytes=free_bytes,
+                                tokenizer=toks[k]) for k, src in (("target", model), ("proxy", proxy_model))}
     target = Scorer(loaded["target"].model, loaded["target"].tokenizer, "target")
     proxy = Scorer(loaded["proxy"].model, loaded["proxy"].tokenizer, "proxy")
     prompts, gen = [], {"wall": [], "flops": [], "tokens": []}

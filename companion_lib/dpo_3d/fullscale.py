@@ -35,7 +35,7 @@ import torch
 
 from ..common.device import device as default_device
 from ..common.validation import json_lines
-from ..tinylm import (DTYPES, causal_lm_config, check_fits, encode_pairs, load_causal_lm, minibatches,
+from ..tinylm import (DTYPES, causal_lm_config, check_fits, encode_pairs, load_causal_lm, load_tokenizer, minibatches,
                       parameter_bytes, sequence_logprobs, train_loop)
 from .losses import dpo_loss
 
@@ -179,12 +179,7 @@ def _check_float(value, name: str) -> float:
 
 
 def _load_tokenizer(source: str):
-    from transformers import AutoTokenizer
-
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(source)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"cannot load the tokenizer of {source!r}: {exc}") from None
+    tokenizer = load_tokenizer(source)
     if tokenizer.pad_token_id is None:           # GPT-2 and others: pad with the end-of-text token
         if tokenizer.eos_token_id is None:
             raise ValueError(f"the tokenizer of {source!r} has neither a pad nor an end-of-sequence token")
@@ -312,7 +307,8 @@ def full_scale(model: str | Path, data: str | Path, *, n_train: int = 512, n_mon
     monitor = train[:n_monitor]
 
     # 3. the weights
-    loaded = load_causal_lm(model, device=dev, dtype=dtype, headroom=headroom, free_bytes=free_bytes)
+    loaded = load_causal_lm(model, device=dev, dtype=dtype, headroom=headroom, free_bytes=free_bytes,
+                            tokenizer=tokenizer)
     policy = loaded.model
     policy.config.use_cache = False                 # training never reuses a key-value cache
     for p in policy.parameters():

@@ -29,6 +29,7 @@ import torch
 from ..common.device import module_device, resolve_device
 from ..common.validation import json_lines
 from .evaluation import alive_latents, max_cosine, mean_l0, nmse
+from .experiment import _fve, _spearman
 from .stitching import insertion_deltas, stitching_path_gram
 from .training import train_meta_saes, train_saes
 from .world import _unit
@@ -145,17 +146,6 @@ def _positive_int(name: str, value: object) -> int:
     return int(value)
 
 
-def _spearman(a, b) -> float:
-    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
-    return float(np.corrcoef(ra, rb)[0, 1])
-
-
-def _fve(meta, rows) -> float:
-    with torch.no_grad():
-        rec = meta(torch.as_tensor(rows), batch=False).numpy()
-    return float(1 - ((rows - rec) ** 2).sum() / ((rows - rows.mean(0)) ** 2).sum())
-
-
 def full_scale(model: str | Path, data: str | Path, *, layer: int = 8, widths=(768, 1536, 3072, 6144), k: int = 32,
                seeds=(0, 1, 2), n_tokens: int = 2**18, n_test: int = 2**14, n_stitch: int = 4096, context: int = 128,
                steps: int = 2000, batch_size: int = 4096, lr: float = 3e-4, k_aux: int = 512, dead_after: int = 200,
@@ -187,9 +177,8 @@ def full_scale(model: str | Path, data: str | Path, *, layer: int = 8, widths=(7
     alive latents), ``"stitch"`` (per seed: max-cos, insertion deltas, paths), ``"config"`` and
     ``"scale"``."""
     import pandas as pd
-    from transformers import AutoTokenizer
 
-    from ..tinylm import causal_lm_config, check_fits, load_causal_lm, parameter_bytes
+    from ..tinylm import causal_lm_config, check_fits, load_causal_lm, load_tokenizer, parameter_bytes, resolve_dtype
 
     # 1. sizes
     widths = sorted({_positive_int("every width", w) for w in widths})
@@ -219,24 +208,19 @@ def full_scale(model: str | Path, data: str | Path, *, layer: int = 8, widths=(7
         raise ValueError(f"layer must be an int in [0, {n_layers}] for {str(model)!r} ({n_layers} blocks; the "
                          f"paper: 8 of GPT-2 small), got {layer!r}")
     dev = resolve_device(device)
-    dtype = dtype or ("float16" if dev.type == "cuda" else "float32")
-    if dtype not in ("float32", "float16", "bfloat16"):
-        raise ValueError(f"dtype must be one of float32, float16, bfloat16, got {dtype!r}")
+    dtype, torch_dtype = resolve_dtype(dtype, dev)
     d = int(config.hidden_size)
-    need_lm = parameter_bytes(config, getattr(torch, dtype)) * 1.2
+    need_lm = parameter_bytes(config, torch_dtype) * 1.2
     need_sae = sae_memory_bytes(n_tokens, d, widths, len(seeds), batch_size, steps, k)
     check_fits(need_lm + need_sae, dev,
                f"the run ({need_lm / 2**30:.2f} GiB for {str(model)!r} in {dtype}, {need_sae / 2**30:.2f} for "
                f"training {len(seeds)} SAEs of width {widths[-1]} on {n_tokens} tokens)",
                "lower n_tokens, the number of seeds, the widths or batch_size, or use a larger GPU", free_bytes)
     # 5. tokenizer and token count
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(model))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"cannot load the tokenizer of {str(model)!r}: {exc}") from None
+    tokenizer = load_tokenizer(str(model))
     blocks = _blocks(_token_stream(tokenizer, texts), n_tokens + n_test, context)
     # the long work: weights, states, SAEs
-    lm = load_causal_lm(model, device=dev, dtype=dtype, free_bytes=free_bytes)
+    lm = load_causal_lm(model, device=dev, dtype=dtype, free_bytes=free_bytes, tokenizer=tokenizer)
     rows = residual_activations(lm.model, blocks, int(layer), n_tokens + n_test, batch_size=lm_batch)
     del lm
     if dev.type == "cuda":

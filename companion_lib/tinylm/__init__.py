@@ -32,11 +32,11 @@ from .hooks import (LayerAdapter, capture_activations, decode_hidden, hidden_jac
                     patch_activations, run_from_layer)
 from .activations import ActivationStore, spliced_loss
 from .hub import (DTYPES, SUPPORTED_CAUSAL_LMS, LoadedLM, causal_lm_config, check_fits, free_memory_bytes, load_causal_lm,
-                  parameter_bytes, resolve_dtype)
+                  load_tokenizer, parameter_bytes, resolve_dtype)
 
 __all__ = [
     "ActivationStore", "LastTokenScorer", "LayerAdapter", "LoadedLM", "PrefixCache", "SPECIAL_TOKENS",
-    "SUPPORTED_CAUSAL_LMS", "TrainResult", "causal_lm_config", "free_memory_bytes", "load_causal_lm",
+    "SUPPORTED_CAUSAL_LMS", "TrainResult", "causal_lm_config", "free_memory_bytes", "load_causal_lm", "load_tokenizer",
     "parameter_bytes", "DTYPES", "check_fits", "resolve_dtype",
     "all_responses", "cache_kwarg", "cached_response_logprobs", "capture_activations", "crop_cache",
     "GPT2_ACTIVATIONS", "decode_hidden", "encode_pairs", "exact_response_logprobs", "gpt2_config", "hidden_jacobian",

@@ -136,8 +136,20 @@ def check_fits(need_bytes: float, dev: torch.device, what: str, advice: str, fre
                          f"free: {advice}")
 
 
+def load_tokenizer(model: str | Path, revision: str | None = None):
+    """The tokenizer of a hub id or saved folder (at ``revision``), or a ``ValueError`` naming the checkpoint."""
+    from transformers import AutoTokenizer
+
+    source = _source(model)
+    try:
+        return AutoTokenizer.from_pretrained(source, revision=revision)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"cannot load the tokenizer of {source!r}: {exc}") from None
+
+
 def load_causal_lm(model: str | Path, *, device: str | torch.device | None = None, dtype: str | None = None,
-                   headroom: float = 1.2, free_bytes: int | None = None, revision: str | None = None) -> LoadedLM:
+                   headroom: float = 1.2, free_bytes: int | None = None, revision: str | None = None,
+                   tokenizer=None) -> LoadedLM:
     """Load a supported causal LM and its tokenizer, after checking that it can run here.
 
     Parameters
@@ -155,10 +167,12 @@ def load_causal_lm(model: str | Path, *, device: str | torch.device | None = Non
         The free memory to check against (default :func:`free_memory_bytes`; the tests pass a small value).
     revision:
         A hub branch, tag or commit (an intermediate training checkpoint, for chapter 11); default the main branch.
+    tokenizer:
+        The checkpoint's tokenizer when the caller has loaded it already (:func:`load_tokenizer`); default: load it.
 
     Every check runs before the weights are read, so a wrong choice fails in seconds, not after a download.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     source = _source(model)
     dev = _device(None if device is None else str(device))
@@ -169,10 +183,8 @@ def load_causal_lm(model: str | Path, *, device: str | torch.device | None = Non
     check_fits(parameter_bytes(config, torch_dtype) * headroom, dev,
                f"{source!r} (its parameters in {dtype}, x{headroom} with activations)",
                "choose a smaller model, dtype='float16'/'bfloat16', or a GPU", free_bytes)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(source, revision=revision)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"cannot load the tokenizer of {source!r}: {exc}") from None
+    if tokenizer is None:
+        tokenizer = load_tokenizer(source, revision=revision)
     from safetensors import SafetensorError
 
     try:

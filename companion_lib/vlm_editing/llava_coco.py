@@ -538,13 +538,7 @@ def full_scale(model: str | Path, data: str | Path, *, n_images: int = 500, n_ca
     if not 0 <= text_layer <= n_layer:
         raise ValueError(f"text_layer {text_layer} out of range [0, {n_layer}] for {str(model)!r}")
     split = load_coco_split(data, n_images, seed)
-    try:
-        loaded = load_llava(model, device=device, dtype=dtype, free_bytes=free_bytes)
-    except (ValueError, TypeError):
-        raise
-    except Exception as exc:        # e.g. safetensors' own error for a truncated weights file
-        raise ValueError(f"cannot load the weights of {str(model)!r} ({type(exc).__name__}: {exc}); a checkpoint "
-                         f"written by save_pretrained of a LlavaForConditionalGeneration is needed") from None
+    loaded = load_llava(model, device=device, dtype=dtype, free_bytes=free_bytes)   # names a corrupt weights file
     token_ids = class_token_ids(loaded.processor.tokenizer, split.categories)
     full_prompt = llava_prompt(prompt)
 
